@@ -1,0 +1,154 @@
+"""Decisions: sanity cases, capacity safety, priority protection, determinism, optimality."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tests.core import reference
+from tests.core.builders import empty, gang, two_nodes
+from volcano_metronome.core.cycle import commit, schedule
+from volcano_metronome.core.decision import Decision, NoFit, decide
+from volcano_metronome.core.grid import dilate, lay_out
+from volcano_metronome.core.model import Policy
+from volcano_metronome.core.topology import leaf_spine
+from volcano_metronome.core.traffic import loaded_links
+
+POLICY = Policy()
+
+
+def test_two_full_rate_half_duty_gangs_interleave_100_ms_apart():
+    snap = empty(two_nodes(), 8)
+    a, b = gang("a", 2, 6), gang("b", 2, 2)
+    da = decide(snap, a, POLICY)
+    assert isinstance(da, Decision)
+    commit(snap, a, da)
+    db = decide(snap, b, POLICY)
+    assert isinstance(db, Decision) and db.feasible
+    assert db.overflow_gbps_ms == 0.0
+    assert (db.offset_ms - da.offset_ms) % 200.0 == 100.0
+    assert set(db.nodes) == set(da.nodes) == {"rack-0-node-0", "rack-0-node-1"}
+
+
+def test_a_gang_that_fits_on_one_node_loads_no_link():
+    snap = empty(two_nodes(), 8)
+    d = decide(snap, gang("a", 4, 2), POLICY)
+    assert isinstance(d, Decision) and d.links == () and len(d.nodes) == 1 and d.feasible
+
+
+def test_mean_load_above_capacity_is_infeasible_at_every_offset():
+    snap = empty(two_nodes(), 8)
+    commit(snap, g := gang("a", 2, 5, start=0.0, length=150.0), decide(snap, g, POLICY))  # 75% duty at line rate
+    second = gang("b", 2, 3, start=0.0, length=100.0, priority=0)  # 50% more: mean 125% of capacity
+    d = decide(snap, second, POLICY)
+    assert isinstance(d, Decision) and not d.feasible
+    assert d.overflow_gbps_ms == pytest.approx(4 * 100 * 50.0)  # 4 directed NIC links x 100 Gbps x 50 ms
+
+
+def test_insufficient_gpus_is_a_no_fit_with_the_numbers():
+    snap = empty(two_nodes(), 8)
+    d = decide(snap, gang("a", 3, 8), POLICY)
+    assert isinstance(d, NoFit)
+    assert "insufficient GPUs" in d.reason and "3 members x 8 GPUs" in d.reason
+
+
+def test_a_lower_priority_gang_may_not_push_a_higher_one_into_overflow():
+    snap = empty(two_nodes(), 8)
+    high = gang("high", 2, 5, start=0.0, length=150.0, priority=10)
+    commit(snap, high, decide(snap, high, POLICY))
+    low = gang("low", 2, 3, start=0.0, length=100.0, priority=1)
+    blocked = decide(snap, low, Policy(overflow_tolerance=0.0))
+    assert isinstance(blocked, NoFit) and "priority protection" in blocked.reason
+    allowed = decide(snap, low, Policy(overflow_tolerance=1.0))
+    assert isinstance(allowed, Decision) and not allowed.feasible
+
+
+def test_a_higher_priority_gang_is_not_held_back_by_lower_ones():
+    snap = empty(two_nodes(), 8)
+    low = gang("low", 2, 5, start=0.0, length=150.0, priority=1)
+    commit(snap, low, decide(snap, low, POLICY))
+    high = gang("high", 2, 3, start=0.0, length=100.0, priority=10)
+    assert isinstance(decide(snap, high, Policy(overflow_tolerance=0.0)), Decision)
+
+
+def test_cushion_slots_keep_a_guard_between_windows():
+    snap = empty(two_nodes(), 8)
+    a = gang("a", 2, 5, start=0.0, length=95.0)
+    commit(snap, a, decide(snap, a, POLICY))
+    b = gang("b", 2, 3, start=0.0, length=95.0)
+    assert decide(snap, b, Policy(cushion_slots=1)).feasible
+    assert not decide(snap, b, Policy(cushion_slots=2)).feasible  # 10 ms of gaps cannot hold 2 x 2 guard slots
+
+
+def test_cross_rack_candidates_are_used_only_when_no_rack_works():
+    topo = leaf_spine(2, 2, 100.0, 100.0)
+    snap = empty(topo, 8)
+    d = decide(snap, gang("a", 2, 8), POLICY)
+    assert isinstance(d, Decision) and d.racks == 1 and not any(l.startswith("rack:") for l in d.links)
+
+
+@st.composite
+def workloads(draw):
+    racks = draw(st.integers(1, 2))
+    topo = leaf_spine(racks, draw(st.integers(2, 3)), 100.0, 100.0 if racks > 1 else None)
+    gangs = []
+    for i in range(draw(st.integers(1, 8))):
+        period = draw(st.sampled_from([40.0, 60.0, 80.0]))
+        start = draw(st.integers(0, int(period) // 10 - 1)) * 10.0
+        length = draw(st.integers(1, int(period - start) // 10)) * 10.0
+        gangs.append(gang(f"g{i}", draw(st.integers(1, 4)), draw(st.integers(1, 4)), period, start, length,
+                          draw(st.sampled_from([20.0, 50.0, 100.0])), draw(st.integers(0, 2)), float(i)))
+    policy = Policy(cushion_slots=draw(st.integers(0, 1)), overflow_tolerance=draw(st.sampled_from([0.0, 0.05, 1.0])))
+    return topo, gangs, policy
+
+
+@given(workloads())
+@settings(max_examples=60, deadline=None)
+def test_feasible_decisions_never_exceed_capacity_and_gpus_never_go_negative(case):
+    topo, gangs, policy = case
+    snap = empty(topo, 4)
+    for result in schedule(snap, gangs, policy):
+        assert (snap.free_gpus >= 0).all()
+        if isinstance(result, Decision) and result.feasible:
+            placed = snap.placed[result.uid]
+            links, _ = loaded_links(topo, placed.nodes)
+            mask = np.tile(np.roll(placed.pattern.rates, placed.offset), snap.hyperperiod // placed.pattern.slots) > 0
+            assert (snap.load[links][:, mask] <= topo.capacity_mbps[links][:, None]).all()
+
+
+@given(workloads())
+@settings(max_examples=30, deadline=None)
+def test_schedule_is_deterministic_whatever_the_input_order(case):
+    topo, gangs, policy = case
+    first = schedule(empty(topo, 4), gangs, policy)
+    second = schedule(empty(topo, 4), list(reversed(gangs)), policy)
+    assert first == second
+
+
+@given(workloads())
+@settings(max_examples=40, deadline=None)
+def test_chosen_offset_is_the_best_of_a_brute_force_search_on_the_chosen_nodes(case):
+    topo, gangs, policy = case
+    snap = empty(topo, 4)
+    for g in gangs:
+        d = decide(snap, g, policy)
+        if not isinstance(d, Decision):
+            continue
+        pattern = lay_out(g.profile, snap.grid)
+        links, mult = loaded_links(topo, topo.nodes_of(d.nodes))
+        if len(links):
+            base = snap.rows(links, pattern.slots)
+            cap = topo.capacity_mbps[links]
+            guarded = dilate(pattern.rates, pattern.guard_slots + policy.cushion_slots)
+            fits = reference.fits(base, cap, mult, guarded)
+            assert d.feasible == bool(fits[d.offset_slots])
+            if fits.any():
+                peaks = reference.peak_utilisation(base, cap, mult, pattern.rates)
+                best = min(o for o in range(pattern.slots) if fits[o] and peaks[o] == peaks[fits].min())
+                assert d.offset_slots == best
+            elif snap.higher_rows(links, g.priority, pattern.slots) is None:
+                over = reference.added_overflow(base, cap, mult, pattern.rates).sum(axis=0)
+                assert over[d.offset_slots] == over.min()
+        commit(snap, g, d)

@@ -1,0 +1,5 @@
+import sys
+
+from volcano_metronome.cli import main
+
+sys.exit(main())

@@ -1,0 +1,57 @@
+"""Stable API names shared by the webhook, the controller, the CRDs and the chart (DESIGN.md, API surface).
+
+Change a value here only with a migration note in the README.
+"""
+
+from __future__ import annotations
+
+GROUP = "metronome.dev"
+VERSION = "v1alpha1"
+API_VERSION = f"{GROUP}/{VERSION}"
+PREFIX = f"{GROUP}/"
+
+# Custom resources (plural names as the API server knows them).
+CLAIMS = "stbandwidthclaims"  # namespaced STBandwidthClaim
+CAPACITIES = "stbandwidthcapacities"  # cluster-scoped STBandwidthCapacity
+QUEUE_POLICIES = "queuepolicies"  # cluster-scoped QueuePolicy
+
+# Profile annotations a user may set on a Volcano Job, PodGroup, batch Job, pod template or Workload.
+MODEL = PREFIX + "model"  # catalog name
+PERIOD_MS = PREFIX + "period-ms"
+WINDOWS = PREFIX + "windows"  # JSON list of {"start_ms", "len_ms", "gbps"}
+DUTY_CYCLE = PREFIX + "duty-cycle"  # shorthand, with GBPS: one window at the end of the period
+GBPS = PREFIX + "gbps"
+JITTER_MS = PREFIX + "jitter-ms"
+CLAIM = PREFIX + "claim"  # name of an STBandwidthClaim in the object's namespace
+USER_PROFILE_KEYS = (MODEL, PERIOD_MS, WINDOWS, DUTY_CYCLE, GBPS, JITTER_MS, CLAIM)
+
+# What the webhook writes on the objects it admits.
+PROFILE = PREFIX + "profile"  # resolved profile, compact JSON of core.profile.Profile.to_dict()
+PROFILE_SOURCE = PREFIX + "profile-source"  # one of PROFILE_SOURCES
+PROFILE_SOURCES = ("annotation", "claim", "catalog", "default")
+GANG_SIZE = PREFIX + "gang-size"
+PROFILE_ERROR = PREFIX + "profile-error"  # why a controller-created object's profile was not usable
+
+# Gang membership of a pod, written by the webhook on the pods it gates.
+MANAGED_LABEL = PREFIX + "managed"  # label "true": lets the controller watch gated pods by selector
+GANG_KIND = PREFIX + "gang-kind"  # annotation: "PodGroup" (Volcano), "Job" (Kueue batch Job), "Workload"
+GANG_NAME = PREFIX + "gang-name"  # annotation: name of that object, in the pod's namespace
+
+# What the controller writes on pods before removing the gate.
+OFFSET_MS = PREFIX + "offset-ms"  # offset of the gang's windows after the epoch, ms
+EPOCH = PREFIX + "epoch"  # cluster-wide time origin, Unix time in integer milliseconds
+# PERIOD_MS is written on pods too: the snapped period the offset refers to.
+
+SCHEDULING_GATE = PREFIX + "placement"
+ADMISSION_CHECK_CONTROLLER = PREFIX + "placement"  # Kueue AdmissionCheck spec.controllerName
+
+# Environment variables the webhook adds to every container of a gated pod (downward API).
+ENV_PERIOD_MS = "METRONOME_PERIOD_MS"
+ENV_OFFSET_MS = "METRONOME_OFFSET_MS"
+ENV_EPOCH = "METRONOME_EPOCH"
+
+# Upstream keys we read (never write our data under them).
+VOLCANO_GROUP_NAME = "scheduling.k8s.io/group-name"  # pod annotation naming its Volcano PodGroup
+KUEUE_QUEUE_NAME = "kueue.x-k8s.io/queue-name"  # label on jobs submitted to Kueue
+KUEUE_POD_GROUP_NAME = "kueue.x-k8s.io/pod-group-name"  # label on pods of a Kueue plain-pod group
+KUEUE_TOPOLOGY_GATE = "kueue.x-k8s.io/topology"

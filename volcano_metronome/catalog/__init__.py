@@ -1,0 +1,100 @@
+"""The model catalog: modelled (not measured) bandwidth profiles of well-known training jobs.
+
+Rates are fractions of the NIC line rate, so one entry serves any cluster: ``entry.profile(100)``
+is the profile on 100 Gbps NICs. Each entry carries the derivation of its numbers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Iterable, Mapping
+
+from volcano_metronome.core.errors import InvalidInput
+from volcano_metronome.core.profile import Profile, Window, number
+
+
+@dataclass(frozen=True)
+class ModelWindow:
+    """An on-window whose rate is a fraction of line rate."""
+
+    start_ms: float
+    len_ms: float
+    fraction: float
+
+
+@dataclass(frozen=True)
+class CatalogEntry:
+    """A named model: its iteration period, windows, jitter and how those numbers were derived."""
+
+    name: str
+    period_ms: float
+    windows: tuple[ModelWindow, ...]
+    jitter_ms: float = 0.0
+    derivation: str = ""
+
+    def profile(self, line_rate_gbps: float) -> Profile:
+        """The profile on NICs of ``line_rate_gbps``."""
+        return Profile(self.period_ms,
+                       tuple(Window(w.start_ms, w.len_ms, w.fraction * line_rate_gbps) for w in self.windows),
+                       self.jitter_ms)
+
+
+class Catalog:
+    """Entries by lower-case name."""
+
+    def __init__(self, entries: Iterable[CatalogEntry]) -> None:
+        self._entries = {e.name.lower(): e for e in entries}
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and name.lower() in self._entries
+
+    def names(self) -> list[str]:
+        """Every entry name, sorted."""
+        return sorted(self._entries)
+
+    def get(self, name: str, field: str = "model") -> CatalogEntry:
+        """The entry called ``name`` (case-insensitive), or an error listing the known names."""
+        entry = self._entries.get(name.lower()) if isinstance(name, str) else None
+        if entry is None:
+            raise InvalidInput(field, name, f"a catalog model, one of {', '.join(self.names())}")
+        return entry
+
+    def with_entries(self, entries: Iterable[CatalogEntry]) -> "Catalog":
+        """A catalog with ``entries`` added (replacing built-ins of the same name)."""
+        return Catalog([*self._entries.values(), *entries])
+
+
+def entry_from_mapping(name: str, data: Any, field: str) -> CatalogEntry:
+    """Parse a user entry: ``{period_ms, windows: [{start_ms, len_ms, fraction}], jitter_ms, derivation}``."""
+    if not isinstance(data, Mapping):
+        raise InvalidInput(field, data, "a mapping with period_ms and windows")
+    unknown = sorted(set(data) - {"period_ms", "windows", "jitter_ms", "derivation"})
+    if unknown:
+        raise InvalidInput(f"{field}.{unknown[0]}", data[unknown[0]], "one of period_ms, windows, jitter_ms, derivation")
+    raw = data.get("windows")
+    if not isinstance(raw, list) or not raw:
+        raise InvalidInput(f"{field}.windows", raw, "a non-empty list of {start_ms, len_ms, fraction}")
+    windows = []
+    for i, w in enumerate(raw):
+        where = f"{field}.windows[{i}]"
+        if not isinstance(w, Mapping) or set(w) != {"start_ms", "len_ms", "fraction"}:
+            raise InvalidInput(where, w, "a mapping with exactly start_ms, len_ms, fraction")
+        fraction = number(w["fraction"], f"{where}.fraction")
+        if not 0.0 < fraction <= 1.0:
+            raise InvalidInput(f"{where}.fraction", fraction, "a fraction of line rate in (0, 1]")
+        windows.append(ModelWindow(number(w["start_ms"], f"{where}.start_ms"), number(w["len_ms"], f"{where}.len_ms"),
+                                   fraction))
+    entry = CatalogEntry(name, number(data.get("period_ms"), f"{field}.period_ms"), tuple(windows),
+                         number(data.get("jitter_ms", 0.0), f"{field}.jitter_ms"), str(data.get("derivation", "")))
+    try:
+        entry.profile(100.0)
+    except InvalidInput as exc:
+        raise InvalidInput(f"{field}: {exc.field}", exc.value, exc.expected) from None
+    return entry
+
+
+def builtin() -> Catalog:
+    """The built-in catalog."""
+    from volcano_metronome.catalog.models import MODELS
+
+    return Catalog(MODELS)

@@ -1,0 +1,33 @@
+"""A scheduling cycle over a snapshot: order the pending gangs, decide each, assume each decision."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from volcano_metronome.core.decision import Decision, NoFit, decide
+from volcano_metronome.core.model import Gang, Policy
+from volcano_metronome.core.ordering import order
+from volcano_metronome.core.snapshot import Snapshot
+
+
+def schedule(snapshot: Snapshot, pending: Sequence[Gang], policy: Policy,
+             now_s: float = 0.0) -> list[Decision | NoFit]:
+    """Decide every pending gang in policy order; placed gangs are assumed into ``snapshot``.
+
+    A gang that does not fit does not block the ones behind it (Kueue's BestEffortFIFO).
+    """
+    out: list[Decision | NoFit] = []
+    for gang in order(pending, policy, now_s):
+        result = decide(snapshot, gang, policy)
+        if isinstance(result, Decision):
+            commit(snapshot, gang, result)
+        out.append(result)
+    return out
+
+
+def commit(snapshot: Snapshot, gang: Gang, decision: Decision) -> None:
+    """Assume ``decision`` in ``snapshot``: its GPUs are taken and its links loaded."""
+    nodes = snapshot.topology.nodes_of(decision.nodes)
+    snapshot.assume(gang, nodes, np.array(decision.members), decision.offset_slots)

@@ -1,0 +1,129 @@
+"""The slot grid: time is cut into slots, and periods are snapped so that hyperperiods stay bounded.
+
+Every snapped period is a divisor of ``max_hyperperiod_slots``, so the least common multiple of any
+set of snapped periods (the hyperperiod of a link, and of the whole cluster) divides it too. The
+default cap, 5040 slots (25.2 s at 5 ms), is a highly composite number (60 divisors), which keeps
+the snapping error small for periods between 100 ms and a few seconds. Periods are snapped *up*:
+a runtime can always pad an iteration to a longer period, never shorten it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+
+from volcano_metronome.core.errors import InvalidInput
+from volcano_metronome.core.profile import Profile
+
+DEFAULT_SLOT_MS = 5.0
+DEFAULT_MAX_HYPERPERIOD_SLOTS = 5040
+
+
+@dataclass(frozen=True)
+class SnappedPeriod:
+    """A period on the grid and how far it is from the requested one."""
+
+    slots: int
+    requested_ms: float
+    slot_ms: float
+
+    @property
+    def ms(self) -> float:
+        """The snapped period in milliseconds."""
+        return self.slots * self.slot_ms
+
+    @property
+    def error(self) -> float:
+        """Relative snapping error, ``(snapped - requested) / requested`` (never negative)."""
+        return (self.ms - self.requested_ms) / self.requested_ms
+
+
+@dataclass(frozen=True)
+class SlotGrid:
+    """Slot width and the hyperperiod cap every snapped period divides."""
+
+    slot_ms: float = DEFAULT_SLOT_MS
+    max_hyperperiod_slots: int = DEFAULT_MAX_HYPERPERIOD_SLOTS
+
+    def __post_init__(self) -> None:
+        if not (isinstance(self.slot_ms, (int, float)) and 0.1 <= self.slot_ms <= 1000.0):
+            raise InvalidInput("slot_ms", self.slot_ms, "a number of milliseconds in [0.1, 1000]")
+        if not (isinstance(self.max_hyperperiod_slots, int) and 1 <= self.max_hyperperiod_slots <= 100_000):
+            raise InvalidInput("max_hyperperiod_slots", self.max_hyperperiod_slots, "an integer in [1, 100000]")
+
+    @classmethod
+    def from_ms(cls, slot_ms: float = DEFAULT_SLOT_MS, max_hyperperiod_ms: float | None = None) -> "SlotGrid":
+        """A grid whose hyperperiod cap is given in milliseconds (a whole number of slots)."""
+        if max_hyperperiod_ms is None:
+            return cls(slot_ms)
+        slots = max_hyperperiod_ms / slot_ms
+        if not math.isclose(slots, round(slots)) or round(slots) < 1:
+            raise InvalidInput("max_hyperperiod_ms", max_hyperperiod_ms, f"a positive multiple of slot_ms={slot_ms:g}")
+        return cls(slot_ms, int(round(slots)))
+
+    @property
+    def max_hyperperiod_ms(self) -> float:
+        """The hyperperiod cap in milliseconds."""
+        return self.max_hyperperiod_slots * self.slot_ms
+
+    @cached_property
+    def periods(self) -> np.ndarray:
+        """Every period the grid allows, in slots, ascending (the divisors of the cap)."""
+        n = self.max_hyperperiod_slots
+        small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
+        return np.array(sorted(set(small + [n // d for d in small])), dtype=np.int64)
+
+    def snap(self, period_ms: float, field: str = "period_ms") -> SnappedPeriod:
+        """The smallest grid period at least ``period_ms`` long."""
+        exact = period_ms / self.slot_ms
+        index = int(np.searchsorted(self.periods, exact - 1e-9, side="left"))
+        if index >= len(self.periods):
+            raise InvalidInput(field, period_ms,
+                               f"at most the hyperperiod cap {self.max_hyperperiod_ms:g} ms (raise max_hyperperiod_ms)")
+        return SnappedPeriod(int(self.periods[index]), period_ms, self.slot_ms)
+
+    def slots(self, ms: float) -> int:
+        """Whole slots covering ``ms`` (rounded up: guards are conservative)."""
+        return int(math.ceil(ms / self.slot_ms - 1e-9))
+
+
+def mbps(gbps: float) -> int:
+    """Rates are kept as whole Mbps so that loads add and subtract exactly."""
+    return max(1, int(round(gbps * 1000.0)))
+
+
+@dataclass(frozen=True, eq=False)
+class Pattern:
+    """A profile laid on the grid: the per-worker rate (Mbps) in each slot of one snapped period."""
+
+    period: SnappedPeriod
+    rates: np.ndarray  # int64, shape (period.slots,)
+    guard_slots: int  # jitter expressed in slots; the policy's cushion adds to it when scoring
+
+    @property
+    def slots(self) -> int:
+        """Length of the period in slots."""
+        return self.period.slots
+
+
+def lay_out(profile: Profile, grid: SlotGrid) -> Pattern:
+    """Lay ``profile`` on ``grid``: window edges are rounded outwards, rates to whole Mbps."""
+    period = grid.snap(profile.period_ms, "profile.period_ms")
+    rates = np.zeros(period.slots, dtype=np.int64)
+    for w in profile.windows:
+        start = int(math.floor(w.start_ms / grid.slot_ms + 1e-9))
+        end = min(period.slots, int(math.ceil((w.start_ms + w.len_ms) / grid.slot_ms - 1e-9)))
+        rates[start:max(end, start + 1)] = np.maximum(rates[start:max(end, start + 1)], mbps(w.gbps))
+    return Pattern(period, rates, grid.slots(profile.jitter_ms))
+
+
+def dilate(rates: np.ndarray, slots: int) -> np.ndarray:
+    """Circularly widen every window by ``slots`` on each side (guard slots around bursts)."""
+    out = rates.copy()
+    for k in range(1, min(slots, len(rates)) + 1):
+        np.maximum(out, np.roll(rates, k), out=out)
+        np.maximum(out, np.roll(rates, -k), out=out)
+    return out

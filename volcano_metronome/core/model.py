@@ -1,0 +1,103 @@
+"""Value types the scheduling core consumes: gangs, running placements, cluster state, policy."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+from volcano_metronome.core.errors import InvalidInput
+from volcano_metronome.core.grid import SlotGrid
+from volcano_metronome.core.profile import Profile
+from volcano_metronome.core.topology import Topology
+
+
+@dataclass(frozen=True)
+class Gang:
+    """A gang: ``size`` members that start together, each needing ``gpus_per_member`` GPUs on one node."""
+
+    uid: str
+    name: str
+    size: int
+    gpus_per_member: int
+    profile: Profile
+    priority: int = 0
+    created_s: float = 0.0  # on the caller's clock; the core only compares and subtracts these
+
+    def __post_init__(self) -> None:
+        if not self.uid:
+            raise InvalidInput("gang.uid", self.uid, "a non-empty identifier")
+        if not (isinstance(self.size, int) and self.size >= 1):
+            raise InvalidInput(f"gang {self.name}: size", self.size, "an integer >= 1")
+        if not (isinstance(self.gpus_per_member, int) and self.gpus_per_member >= 0):
+            raise InvalidInput(f"gang {self.name}: gpus_per_member", self.gpus_per_member, "an integer >= 0")
+
+    @property
+    def gpus(self) -> int:
+        """GPUs the whole gang needs."""
+        return self.size * self.gpus_per_member
+
+
+@dataclass(frozen=True)
+class Running:
+    """A gang that holds its nodes: members per node, and the offset of its windows (ms after the epoch)."""
+
+    gang: Gang
+    nodes: tuple[str, ...]
+    members: tuple[int, ...]
+    offset_ms: float
+
+    def __post_init__(self) -> None:
+        if len(self.nodes) != len(self.members) or not self.nodes:
+            raise InvalidInput(f"gang {self.gang.name}: members", self.members, "one member count per node")
+        if sum(self.members) != self.gang.size:
+            raise InvalidInput(f"gang {self.gang.name}: members", self.members,
+                               f"member counts summing to the gang size {self.gang.size}")
+
+
+@dataclass(frozen=True)
+class ClusterState:
+    """What the core needs to know about a cluster: its network, free GPUs and the running gangs."""
+
+    topology: Topology
+    free_gpus: tuple[int, ...]  # aligned with topology.nodes; GPUs not held by any pod
+    running: tuple[Running, ...] = ()
+
+    def __post_init__(self) -> None:
+        if len(self.free_gpus) != len(self.topology.nodes):
+            raise InvalidInput("free_gpus", len(self.free_gpus),
+                               f"one entry per node ({len(self.topology.nodes)} nodes)")
+
+
+class Ordering(str, enum.Enum):
+    """How pending gangs are ordered (QueuePolicy ``spec.ordering``)."""
+
+    STRICT_PRIORITY = "StrictPriority"
+    FIFO = "FIFO"
+    PRIORITY_WITH_AGING = "PriorityWithAging"
+
+
+@dataclass(frozen=True)
+class Policy:
+    """The knobs of one QueuePolicy that the core uses (defaults are the chart's defaults)."""
+
+    ordering: Ordering = Ordering.STRICT_PRIORITY
+    aging_per_minute: float = 1.0  # priority points a waiting gang gains per minute (PriorityWithAging)
+    priority_weight: float = 4.0  # extra cost of a Gbps*ms taken from a higher-priority gang
+    cushion_slots: int = 0  # guard slots on each side of every window when testing feasibility
+    overflow_tolerance: float = 0.05  # share of a higher-priority gang's traffic on a link we may delay
+    max_candidates: int = 8  # node sets scored per gang (see core.placement)
+    grid: SlotGrid = field(default_factory=SlotGrid)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.ordering, Ordering):
+            raise InvalidInput("policy.ordering", self.ordering, f"one of {[o.value for o in Ordering]}")
+        if not self.aging_per_minute >= 0:
+            raise InvalidInput("policy.aging_per_minute", self.aging_per_minute, "a number >= 0")
+        if not self.priority_weight >= 0:
+            raise InvalidInput("policy.priority_weight", self.priority_weight, "a number >= 0")
+        if not (isinstance(self.cushion_slots, int) and 0 <= self.cushion_slots <= 100):
+            raise InvalidInput("policy.cushion_slots", self.cushion_slots, "an integer in [0, 100]")
+        if not 0.0 <= self.overflow_tolerance <= 1.0:
+            raise InvalidInput("policy.overflow_tolerance", self.overflow_tolerance, "a fraction in [0, 1]")
+        if not (isinstance(self.max_candidates, int) and 1 <= self.max_candidates <= 256):
+            raise InvalidInput("policy.max_candidates", self.max_candidates, "an integer in [1, 256]")

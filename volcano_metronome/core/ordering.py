@@ -1,0 +1,21 @@
+"""Queue ordering: which pending gang is considered first (deterministic for equal inputs)."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from volcano_metronome.core.model import Gang, Ordering, Policy
+
+
+def effective_priority(gang: Gang, policy: Policy, now_s: float) -> float:
+    """Priority plus aging: a waiting gang gains ``aging_per_minute`` points per minute."""
+    if policy.ordering is not Ordering.PRIORITY_WITH_AGING:
+        return float(gang.priority)
+    return gang.priority + policy.aging_per_minute * max(0.0, now_s - gang.created_s) / 60.0
+
+
+def order(pending: Sequence[Gang], policy: Policy, now_s: float = 0.0) -> list[Gang]:
+    """``pending`` in the order the policy considers them; FIFO and then uid break every tie."""
+    if policy.ordering is Ordering.FIFO:
+        return sorted(pending, key=lambda g: (g.created_s, g.uid))
+    return sorted(pending, key=lambda g: (-effective_priority(g, policy, now_s), g.created_s, g.uid))

@@ -1,0 +1,160 @@
+"""Candidate node sets for a gang: GPU fit, then locality, then least-loaded links.
+
+The bound on the work per decision is ``limit`` node sets (``Policy.max_candidates``, default 8):
+
+1. If one node can hold the whole gang, the gang loads no link at all: one candidate, the fullest
+   node that fits (bin-packing keeps large holes for large gangs).
+2. Otherwise, at the lowest tier (rack, then pod, ...) where some domain can hold the gang, one
+   candidate per fitting domain: its nodes with the most room first (fewest nodes, so fewest NICs),
+   least-loaded NICs among equals. Domains are ranked by nodes needed, then NIC load; the best
+   ``limit - 2`` are *primary*. Up to two *spanning* candidates, which cross domains but use the
+   least-loaded uplinks or NICs, are kept as *secondary*: they are scored only when no primary
+   candidate has a feasible offset.
+3. If no domain can hold it, up to ``limit`` spanning candidates are primary.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from volcano_metronome.core.model import Gang
+from volcano_metronome.core.topology import Topology
+
+SECONDARY = 2
+
+
+@dataclass(frozen=True, eq=False)
+class Candidate:
+    """A node set with the members each node gets; ``racks`` counts the tier-1 domains it spans."""
+
+    nodes: np.ndarray
+    members: np.ndarray
+    racks: int
+    rank: int
+
+
+@dataclass(frozen=True, eq=False)
+class Candidates:
+    """Primary candidates, secondary ones, or (when nothing fits) the reason."""
+
+    primary: tuple[Candidate, ...]
+    secondary: tuple[Candidate, ...] = ()
+    reason: str = ""
+
+
+def member_room(free_gpus: np.ndarray, gang: Gang) -> np.ndarray:
+    """How many members of ``gang`` each node can take (GPU-less gangs are not limited by GPUs)."""
+    if gang.gpus_per_member == 0:
+        return np.full(len(free_gpus), gang.size, dtype=np.int64)
+    return np.asarray(np.maximum(free_gpus, 0) // gang.gpus_per_member)
+
+
+def node_load(topology: Topology, link_mean: np.ndarray) -> np.ndarray:
+    """Mean load of each node's own (tier-0) links: how busy its NIC is."""
+    indptr, ids = topology.incidence
+    own = np.where(topology.link_tiers[ids] == 0, link_mean[ids], 0.0)
+    sums = np.add.reduceat(np.concatenate([own, [0.0]]), indptr[:-1]) if len(ids) else np.zeros(len(indptr) - 1)
+    return np.where(indptr[1:] > indptr[:-1], sums, 0.0)
+
+
+def domain_load(topology: Topology, link_mean: np.ndarray, tier: int) -> np.ndarray:
+    """Mean load of each domain's uplinks at ``tier``."""
+    links, domains = topology.uplinks(tier)
+    return np.bincount(domains, weights=link_mean[links], minlength=int(topology.domain_of(tier).max()) + 1)
+
+
+def candidates(topology: Topology, free_gpus: np.ndarray, link_mean: np.ndarray, gang: Gang,
+               limit: int) -> Candidates:
+    """Node sets worth scoring for ``gang`` (see the module docstring for the bound)."""
+    room = member_room(free_gpus, gang)
+    if room.sum() < gang.size:
+        usable = int((room > 0).sum())
+        return Candidates((), reason=(
+            f"insufficient GPUs: needs {gang.size} members x {gang.gpus_per_member} GPUs; "
+            f"the cluster has room for {int(room.sum())} members on {usable} nodes"))
+    load = node_load(topology, link_mean)
+    racks = topology.domain_of(1) if topology.tiers > 1 else np.zeros(len(room), dtype=np.int64)
+
+    single = np.flatnonzero(room >= gang.size)
+    if len(single):
+        best = single[np.lexsort((single, load[single], room[single]))[0]]
+        return Candidates((Candidate(np.array([best]), np.array([gang.size]), 1, 0),))
+
+    def make(order: np.ndarray, rank: int) -> Candidate:
+        return _fill(order, room, gang.size, racks, rank)
+
+    for tier in range(1, topology.tiers):
+        best = _best_domains(topology.domain_of(tier), room, load, gang.size, max(1, limit - SECONDARY))
+        if not best:
+            continue
+        primary = tuple(_ranked([make(nodes, 0) for nodes in best]))
+        secondary = _ranked(_spanning(topology, room, load, link_mean, make)[:SECONDARY], len(primary))
+        return Candidates(primary, tuple(c for c in secondary if not _same_as_any(c, primary)))
+    return Candidates(tuple(_ranked(_spanning(topology, room, load, link_mean, make)[:limit])))
+
+
+def _best_domains(domain: np.ndarray, room: np.ndarray, load: np.ndarray, size: int, limit: int) -> list[np.ndarray]:
+    """For the ``limit`` best domains that can hold ``size`` members: their nodes in fill order."""
+    nodes = np.arange(len(room))
+    order = np.lexsort((nodes, load, -room, domain))
+    starts = np.searchsorted(domain[order], np.arange(int(domain.max()) + 1))
+    ends = np.append(starts[1:], len(order))
+    cum_room = np.cumsum(room[order])
+    before = np.where(starts > 0, cum_room[starts - 1], 0)
+    within = cum_room - np.repeat(before, ends - starts)
+    reached = np.where(within >= size, nodes, len(nodes))
+    first = np.minimum.reduceat(reached, starts)
+    fitting = np.flatnonzero(first < ends)
+    if not len(fitting):
+        return []
+    needed = first[fitting] - starts[fitting] + 1
+    cum_load = np.concatenate([[0.0], np.cumsum(load[order])])
+    chosen_load = cum_load[first[fitting] + 1] - cum_load[starts[fitting]]
+    top = fitting[np.lexsort((order[starts[fitting]], chosen_load, needed))[:limit]]
+    return [order[starts[d]:ends[d]] for d in top]
+
+
+def _spanning(topology: Topology, room: np.ndarray, load: np.ndarray, link_mean: np.ndarray,
+              make: Callable[[np.ndarray, int], Candidate]) -> list[Candidate]:
+    """Cross-domain node sets: fewest racks, least-loaded racks, least-loaded NICs."""
+    nodes = np.arange(len(room))
+    orders = []
+    if topology.tiers > 1:
+        rack = topology.domain_of(1)
+        rack_room = np.bincount(rack, weights=room)
+        uplink = domain_load(topology, link_mean, 1)
+        for keys in ((uplink, -rack_room), (-rack_room, uplink)):
+            rank_of = np.empty(len(rack_room), dtype=np.int64)
+            rank_of[np.lexsort((np.arange(len(rack_room)),) + keys)] = np.arange(len(rack_room))
+            orders.append(np.lexsort((nodes, load, -room, rank_of[rack])))
+    orders.append(np.lexsort((nodes, -room, load)))
+    out: list[Candidate] = []
+    for order in orders:
+        cand = make(order[room[order] > 0], 0)
+        if not _same_as_any(cand, out):
+            out.append(cand)
+    return out
+
+
+def _fill(order: np.ndarray, room: np.ndarray, size: int, racks: np.ndarray, rank: int) -> Candidate:
+    """Take nodes in ``order`` until they hold ``size`` members."""
+    cum = np.cumsum(room[order])
+    count = int(np.searchsorted(cum, size)) + 1
+    chosen = order[:count]
+    members = room[chosen].copy()
+    members[-1] -= int(cum[count - 1]) - size
+    keep = members > 0
+    chosen, members = chosen[keep], members[keep]
+    sort = np.argsort(chosen)
+    return Candidate(chosen[sort], members[sort], int(len(np.unique(racks[chosen]))), rank)
+
+
+def _ranked(cands: list[Candidate], first: int = 0) -> list[Candidate]:
+    return [Candidate(c.nodes, c.members, c.racks, first + i) for i, c in enumerate(cands)]
+
+
+def _same_as_any(cand: Candidate, others: "list[Candidate] | tuple[Candidate, ...]") -> bool:
+    return any(np.array_equal(cand.nodes, o.nodes) and np.array_equal(cand.members, o.members) for o in others)

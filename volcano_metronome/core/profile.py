@@ -1,0 +1,143 @@
+"""Bandwidth profiles: a period and the on-windows in which a gang's workers communicate."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from volcano_metronome.core.errors import InvalidInput
+
+#: Largest rate any window may ask for; 1.6 Tbps is above every NIC sold today.
+MAX_GBPS = 1600.0
+#: Longest period accepted before grid snapping (the grid may cap it further).
+MAX_PERIOD_MS = 3_600_000.0
+
+
+@dataclass(frozen=True)
+class Window:
+    """One on-window: each worker sends (and receives) ``gbps`` on its NIC from ``start_ms`` for ``len_ms``."""
+
+    start_ms: float
+    len_ms: float
+    gbps: float
+
+
+@dataclass(frozen=True)
+class Profile:
+    """A periodic communication pattern: ``windows`` repeat every ``period_ms``; bursts may start late by up to ``jitter_ms``."""
+
+    period_ms: float
+    windows: tuple[Window, ...]
+    jitter_ms: float = 0.0
+
+    def __post_init__(self) -> None:
+        validate(self)
+
+    @property
+    def duty_cycle(self) -> float:
+        """Fraction of the period during which the gang communicates."""
+        return sum(w.len_ms for w in self.windows) / self.period_ms
+
+    @property
+    def mean_gbps(self) -> float:
+        """Average rate per worker over one period."""
+        return sum(w.len_ms * w.gbps for w in self.windows) / self.period_ms
+
+    @property
+    def peak_gbps(self) -> float:
+        """Highest rate of any window."""
+        return max(w.gbps for w in self.windows)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The canonical mapping form (the one ``from_mapping`` reads and the webhook writes)."""
+        return {
+            "period_ms": _num(self.period_ms),
+            "windows": [
+                {"start_ms": _num(w.start_ms), "len_ms": _num(w.len_ms), "gbps": _num(w.gbps)} for w in self.windows
+            ],
+            "jitter_ms": _num(self.jitter_ms),
+        }
+
+    @classmethod
+    def from_mapping(cls, data: Any, field: str = "profile") -> "Profile":
+        """Parse ``{"period_ms", "windows": [{"start_ms", "len_ms", "gbps"}], "jitter_ms"}``, naming the bad field."""
+        if not isinstance(data, Mapping):
+            raise InvalidInput(field, data, "a mapping with period_ms and windows")
+        unknown = sorted(set(data) - {"period_ms", "windows", "jitter_ms"})
+        if unknown:
+            raise InvalidInput(f"{field}.{unknown[0]}", data[unknown[0]], "one of period_ms, windows, jitter_ms")
+        period = number(data.get("period_ms"), f"{field}.period_ms")
+        if not 0.0 < period <= MAX_PERIOD_MS:
+            raise InvalidInput(f"{field}.period_ms", period, f"a number in (0, {MAX_PERIOD_MS:.0f}]")
+        raw_windows = data.get("windows")
+        if not isinstance(raw_windows, list) or not raw_windows:
+            raise InvalidInput(f"{field}.windows", raw_windows, "a non-empty list of {start_ms, len_ms, gbps}")
+        windows = tuple(window_from_mapping(w, f"{field}.windows[{i}]") for i, w in enumerate(raw_windows))
+        jitter = number(data.get("jitter_ms", 0.0), f"{field}.jitter_ms")
+        return cls(period_ms=period, windows=_sorted_checked(windows, period, field), jitter_ms=jitter)
+
+    @classmethod
+    def from_duty_cycle(cls, period_ms: float, duty_cycle: float, gbps: float, jitter_ms: float = 0.0,
+                        field: str = "profile") -> "Profile":
+        """The shorthand: one window at the end of the period (compute first, then all-reduce)."""
+        if not 0.0 < duty_cycle <= 1.0:
+            raise InvalidInput(f"{field}.duty_cycle", duty_cycle, "a number in (0, 1]")
+        length = period_ms * duty_cycle
+        return cls(period_ms, (Window(period_ms - length, length, gbps),), jitter_ms)
+
+
+def window_from_mapping(data: Any, field: str) -> Window:
+    """Parse one ``{"start_ms", "len_ms", "gbps"}`` mapping."""
+    if not isinstance(data, Mapping):
+        raise InvalidInput(field, data, "a mapping {start_ms, len_ms, gbps}")
+    unknown = sorted(set(data) - {"start_ms", "len_ms", "gbps"})
+    if unknown:
+        raise InvalidInput(f"{field}.{unknown[0]}", data[unknown[0]], "one of start_ms, len_ms, gbps")
+    return Window(
+        start_ms=number(data.get("start_ms"), f"{field}.start_ms"),
+        len_ms=number(data.get("len_ms"), f"{field}.len_ms"),
+        gbps=number(data.get("gbps"), f"{field}.gbps"),
+    )
+
+
+def number(value: Any, field: str) -> float:
+    """A finite real number (bools and strings are refused: YAML and JSON both type numbers)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise InvalidInput(field, value, "a finite number")
+    return float(value)
+
+
+def validate(profile: Profile) -> None:
+    """Raise :class:`InvalidInput` unless every window lies inside the period and none overlap."""
+    if not 0.0 < profile.period_ms <= MAX_PERIOD_MS:
+        raise InvalidInput("profile.period_ms", profile.period_ms, f"a number in (0, {MAX_PERIOD_MS:.0f}]")
+    if not 0.0 <= profile.jitter_ms < profile.period_ms:
+        raise InvalidInput("profile.jitter_ms", profile.jitter_ms, f"a number in [0, period_ms={profile.period_ms:g})")
+    if not profile.windows:
+        raise InvalidInput("profile.windows", [], "at least one window")
+    _sorted_checked(profile.windows, profile.period_ms, "profile")
+    if tuple(sorted(profile.windows, key=lambda w: w.start_ms)) != profile.windows:
+        raise InvalidInput("profile.windows", [w.start_ms for w in profile.windows], "windows sorted by start_ms")
+
+
+def _sorted_checked(windows: tuple[Window, ...], period_ms: float, field: str) -> tuple[Window, ...]:
+    indexed = sorted(enumerate(windows), key=lambda iw: iw[1].start_ms)
+    end = 0.0
+    for i, w in indexed:
+        where = f"{field}.windows[{i}]"
+        if not 0.0 <= w.start_ms < period_ms:
+            raise InvalidInput(f"{where}.start_ms", w.start_ms, f"a number in [0, period_ms={period_ms:g})")
+        if not 0.0 < w.len_ms or w.start_ms + w.len_ms > period_ms + 1e-9:
+            raise InvalidInput(f"{where}.len_ms", w.len_ms,
+                               f"a positive number with start_ms + len_ms <= period_ms={period_ms:g}")
+        if not 0.0 < w.gbps <= MAX_GBPS:
+            raise InvalidInput(f"{where}.gbps", w.gbps, f"a number in (0, {MAX_GBPS:.0f}]")
+        if w.start_ms < end - 1e-9:
+            raise InvalidInput(f"{where}.start_ms", w.start_ms, f"no overlap with the window ending at {end:g} ms")
+        end = w.start_ms + w.len_ms
+    return tuple(w for _, w in indexed)
+
+
+def _num(x: float) -> float | int:
+    return int(x) if float(x).is_integer() else x

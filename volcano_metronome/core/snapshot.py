@@ -1,0 +1,131 @@
+"""A cycle's working view of the cluster: link loads over the hyperperiod and free GPUs.
+
+Like Kueue's scheduling snapshot, it is built once from a :class:`ClusterState` and then updated in
+place as the cycle assumes decisions, so that each decision sees the ones before it. It holds no
+I/O and no clock; callers own its lifetime.
+
+Loads are whole Mbps in an ``int32`` array of ``links x hyperperiod`` slots; the hyperperiod is the
+least common multiple of the periods of the gangs present, which divides the grid's cap.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from volcano_metronome.core.errors import InvalidInput
+from volcano_metronome.core.grid import Pattern, SlotGrid, lay_out
+from volcano_metronome.core.model import ClusterState, Gang
+from volcano_metronome.core.topology import Topology
+from volcano_metronome.core.traffic import loaded_links
+
+
+@dataclass(frozen=True, eq=False)
+class Placed:
+    """A gang the snapshot accounts for: where it runs and at which offset (slots after the epoch)."""
+
+    gang: Gang
+    pattern: Pattern
+    nodes: np.ndarray
+    members: np.ndarray
+    links: np.ndarray
+    multiplier: np.ndarray
+    offset: int
+    holds_gpus: bool
+
+    def row(self, hyperperiod: int) -> np.ndarray:
+        """This gang's per-worker rate in every slot of the hyperperiod (before the link multiplier)."""
+        return np.tile(np.roll(self.pattern.rates, self.offset), hyperperiod // self.pattern.slots)
+
+
+class Snapshot:
+    """Link loads and free GPUs for one scheduling cycle; see the module docstring."""
+
+    def __init__(self, topology: Topology, grid: SlotGrid, free_gpus: np.ndarray) -> None:
+        self.topology = topology
+        self.grid = grid
+        self.free_gpus = np.asarray(free_gpus, dtype=np.int64).copy()
+        self.hyperperiod = 1
+        self.load = np.zeros((len(topology.links), 1), dtype=np.int32)
+        self.link_mean = np.zeros(len(topology.links))
+        self.placed: dict[str, Placed] = {}
+        self._link_gangs: dict[int, set[str]] = {}
+
+    @classmethod
+    def build(cls, state: ClusterState, grid: SlotGrid) -> "Snapshot":
+        """A snapshot of ``state``; running gangs' GPUs are already missing from ``state.free_gpus``."""
+        snap = cls(state.topology, grid, np.array(state.free_gpus))
+        patterns = [lay_out(r.gang.profile, grid) for r in state.running]
+        snap._grow(math.lcm(1, *(p.slots for p in patterns)))
+        for running, pattern in zip(state.running, patterns):
+            nodes = state.topology.nodes_of(running.nodes)
+            offset = int(round(running.offset_ms / grid.slot_ms)) % pattern.slots
+            snap.assume(running.gang, nodes, np.array(running.members), offset, pattern, hold_gpus=False)
+        return snap
+
+    def rows(self, links: np.ndarray, period: int) -> np.ndarray:
+        """Current load of ``links`` over ``lcm(hyperperiod, period)`` slots, as int64."""
+        span = math.lcm(self.hyperperiod, period)
+        rows = self.load[links].astype(np.int64)
+        return np.tile(rows, (1, span // self.hyperperiod)) if span != self.hyperperiod else rows
+
+    def higher_rows(self, links: np.ndarray, priority: int, period: int) -> np.ndarray | None:
+        """Load of gangs with priority above ``priority`` on ``links`` (None when there is none)."""
+        span = math.lcm(self.hyperperiod, period)
+        out: np.ndarray | None = None
+        for i, link in enumerate(links):
+            for uid in self._link_gangs.get(int(link), ()):
+                placed = self.placed[uid]
+                if placed.gang.priority <= priority:
+                    continue
+                if out is None:
+                    out = np.zeros((len(links), span), dtype=np.int64)
+                where = int(np.searchsorted(placed.links, link))
+                out[i] += placed.row(span) * placed.multiplier[where]
+        return out
+
+    def assume(self, gang: Gang, nodes: np.ndarray, members: np.ndarray, offset: int,
+               pattern: Pattern | None = None, hold_gpus: bool = True) -> Placed:
+        """Account for ``gang`` on ``nodes`` at ``offset`` slots; takes its GPUs unless told they are taken."""
+        if gang.uid in self.placed:
+            raise InvalidInput("gang.uid", gang.uid, "a gang the snapshot does not hold yet")
+        pattern = pattern or lay_out(gang.profile, self.grid)
+        order = np.argsort(nodes)
+        nodes, members = np.asarray(nodes)[order], np.asarray(members)[order]
+        links, multiplier = loaded_links(self.topology, nodes)
+        placed = Placed(gang, pattern, nodes, members, links, multiplier, offset % pattern.slots, hold_gpus)
+        self._grow(math.lcm(self.hyperperiod, pattern.slots))
+        self._apply(placed, +1)
+        if hold_gpus:
+            self.free_gpus[nodes] -= members * gang.gpus_per_member
+        self.placed[gang.uid] = placed
+        for link in links:
+            self._link_gangs.setdefault(int(link), set()).add(gang.uid)
+        return placed
+
+    def forget(self, uid: str) -> Placed:
+        """Remove a gang's load (and give back its GPUs if it took them)."""
+        placed = self.placed.pop(uid)
+        self._apply(placed, -1)
+        if placed.holds_gpus:
+            self.free_gpus[placed.nodes] += placed.members * placed.gang.gpus_per_member
+        for link in placed.links:
+            self._link_gangs[int(link)].discard(uid)
+        return placed
+
+    def _apply(self, placed: Placed, sign: int) -> None:
+        if not len(placed.links):
+            return
+        row = placed.row(self.hyperperiod)
+        self.load[placed.links] += (sign * placed.multiplier[:, None] * row[None, :]).astype(np.int32)
+        self.link_mean[placed.links] += sign * placed.multiplier * float(placed.pattern.rates.mean())
+
+    def _grow(self, hyperperiod: int) -> None:
+        if hyperperiod == self.hyperperiod:
+            return
+        if hyperperiod > self.grid.max_hyperperiod_slots:
+            raise InvalidInput("hyperperiod", hyperperiod, f"at most {self.grid.max_hyperperiod_slots} slots")
+        self.load = np.tile(self.load, (1, hyperperiod // self.hyperperiod))
+        self.hyperperiod = hyperperiod

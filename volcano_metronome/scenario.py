@@ -1,0 +1,207 @@
+"""Scenario files: a cluster, a policy and a list of jobs, as ``plan`` and the simulator read them.
+
+Parsing is pure (a mapping in, frozen values out); every error names the field, e.g.
+``jobs[2].workers: got 0, expected an integer >= 1``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from volcano_metronome.catalog import Catalog, builtin, entry_from_mapping
+from volcano_metronome.core.errors import InvalidInput
+from volcano_metronome.core.grid import DEFAULT_SLOT_MS, SlotGrid
+from volcano_metronome.core.model import Gang, Ordering, Policy
+from volcano_metronome.core.profile import Profile, number
+from volcano_metronome.core.topology import Topology, leaf_spine
+
+TOP_LEVEL_KEYS = {"name", "slot_ms", "max_hyperperiod_ms", "topology", "policy", "jobs", "catalog"}
+
+
+@dataclass(frozen=True)
+class TopologySpec:
+    """A leaf-spine cluster: racks x nodes, GPUs per node, NIC and rack-uplink capacities."""
+
+    racks: int
+    nodes_per_rack: int
+    gpus_per_node: int
+    nic_gbps: float
+    uplink_gbps: float | None = None
+
+    def build(self) -> Topology:
+        """The topology value the core works on."""
+        return leaf_spine(self.racks, self.nodes_per_rack, self.nic_gbps, self.uplink_gbps)
+
+    @property
+    def nodes(self) -> int:
+        """Number of nodes."""
+        return self.racks * self.nodes_per_rack
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """One training job of a scenario."""
+
+    name: str
+    arrival_s: float
+    workers: int
+    gpus_per_worker: int
+    iterations: int
+    priority: int
+    profile: Profile
+    model: str | None = None
+
+    def gang(self) -> Gang:
+        """The gang the scheduler sees (uid = job name)."""
+        return Gang(uid=self.name, name=self.name, size=self.workers, gpus_per_member=self.gpus_per_worker,
+                    profile=self.profile, priority=self.priority, created_s=self.arrival_s)
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """A parsed scenario."""
+
+    name: str
+    grid: SlotGrid
+    topology: TopologySpec
+    policy: Policy
+    jobs: tuple[JobSpec, ...]
+    catalog: Catalog = field(default_factory=builtin, compare=False)
+
+
+def parse(data: Any, catalog: Catalog | None = None, extra_keys: frozenset[str] = frozenset()) -> Scenario:
+    """Parse a scenario mapping; ``extra_keys`` are top-level keys a caller (the simulator) reads itself."""
+    if not isinstance(data, Mapping):
+        raise InvalidInput("scenario", data, "a mapping with name, topology and jobs")
+    unknown = sorted(set(data) - TOP_LEVEL_KEYS - extra_keys)
+    if unknown:
+        raise InvalidInput(unknown[0], data[unknown[0]], f"one of the scenario keys {sorted(TOP_LEVEL_KEYS | extra_keys)}")
+    name = data.get("name", "scenario")
+    if not isinstance(name, str) or not name:
+        raise InvalidInput("name", name, "a non-empty string")
+    catalog = catalog or builtin()
+    user = data.get("catalog", {})
+    if not isinstance(user, Mapping):
+        raise InvalidInput("catalog", user, "a mapping of model name to {period_ms, windows, jitter_ms}")
+    catalog = catalog.with_entries(entry_from_mapping(str(k), v, f"catalog.{k}") for k, v in user.items())
+    slot_ms = number(data.get("slot_ms", DEFAULT_SLOT_MS), "slot_ms")
+    hyper = data.get("max_hyperperiod_ms")
+    grid = SlotGrid.from_ms(slot_ms, None if hyper is None else number(hyper, "max_hyperperiod_ms"))
+    topology = parse_topology(data.get("topology"))
+    policy = parse_policy(data.get("policy", {}), grid)
+    raw_jobs = data.get("jobs", [])
+    if not isinstance(raw_jobs, list) or (not raw_jobs and not (extra_keys & set(data))):
+        raise InvalidInput("jobs", raw_jobs, "a non-empty list of jobs")
+    jobs = tuple(parse_job(j, f"jobs[{i}]", topology, catalog) for i, j in enumerate(raw_jobs))
+    seen: set[str] = set()
+    for i, job in enumerate(jobs):
+        if job.name in seen:
+            raise InvalidInput(f"jobs[{i}].name", job.name, "a name no other job has")
+        seen.add(job.name)
+    return Scenario(name, grid, topology, policy, jobs, catalog)
+
+
+def parse_topology(data: Any) -> TopologySpec:
+    """Parse ``topology: {racks, nodes_per_rack, gpus_per_node, nic_gbps, uplink_gbps}``."""
+    keys = {"racks", "nodes_per_rack", "gpus_per_node", "nic_gbps", "uplink_gbps"}
+    _mapping(data, "topology", keys)
+    racks = integer(data.get("racks", 1), "topology.racks", 1)
+    if racks > 1 and "uplink_gbps" not in data:
+        raise InvalidInput("topology.uplink_gbps", None, "the rack uplink capacity in Gbps (needed when racks > 1)")
+    spec = TopologySpec(
+        racks=racks,
+        nodes_per_rack=integer(data.get("nodes_per_rack"), "topology.nodes_per_rack", 1),
+        gpus_per_node=integer(data.get("gpus_per_node"), "topology.gpus_per_node", 0),
+        nic_gbps=positive(data.get("nic_gbps"), "topology.nic_gbps"),
+        uplink_gbps=None if racks == 1 and "uplink_gbps" not in data
+        else positive(data.get("uplink_gbps"), "topology.uplink_gbps"),
+    )
+    return spec
+
+
+def parse_policy(data: Any, grid: SlotGrid) -> Policy:
+    """Parse ``policy: {ordering, aging_per_minute, priority_weight, cushion_slots, overflow_tolerance, max_candidates}``."""
+    keys = {"ordering", "aging_per_minute", "priority_weight", "cushion_slots", "overflow_tolerance", "max_candidates"}
+    _mapping(data, "policy", keys)
+    defaults = Policy()
+    ordering = data.get("ordering", defaults.ordering.value)
+    if ordering not in {o.value for o in Ordering}:
+        raise InvalidInput("policy.ordering", ordering, f"one of {', '.join(o.value for o in Ordering)}")
+    return Policy(
+        ordering=Ordering(ordering),
+        aging_per_minute=number(data.get("aging_per_minute", defaults.aging_per_minute), "policy.aging_per_minute"),
+        priority_weight=number(data.get("priority_weight", defaults.priority_weight), "policy.priority_weight"),
+        cushion_slots=integer(data.get("cushion_slots", defaults.cushion_slots), "policy.cushion_slots", 0),
+        overflow_tolerance=number(data.get("overflow_tolerance", defaults.overflow_tolerance),
+                                  "policy.overflow_tolerance"),
+        max_candidates=integer(data.get("max_candidates", defaults.max_candidates), "policy.max_candidates", 1),
+        grid=grid,
+    )
+
+
+def parse_job(data: Any, field: str, topology: TopologySpec, catalog: Catalog) -> JobSpec:
+    """Parse one job; its profile is given inline or named by ``model`` (at the topology's NIC rate)."""
+    keys = {"name", "arrival_s", "workers", "gpus_per_worker", "iterations", "priority", "profile", "model"}
+    _mapping(data, field, keys)
+    name = data.get("name")
+    if not isinstance(name, str) or not name:
+        raise InvalidInput(f"{field}.name", name, "a non-empty string")
+    if ("profile" in data) == ("model" in data):
+        raise InvalidInput(f"{field}", sorted(set(data) & {"profile", "model"}), "exactly one of profile or model")
+    model = data.get("model")
+    if model is not None:
+        profile = catalog.get(model, f"{field}.model").profile(topology.nic_gbps)
+    else:
+        profile = _profile(data["profile"], f"{field}.profile")
+    return JobSpec(
+        name=name,
+        arrival_s=nonnegative(data.get("arrival_s", 0.0), f"{field}.arrival_s"),
+        workers=integer(data.get("workers"), f"{field}.workers", 1),
+        gpus_per_worker=integer(data.get("gpus_per_worker", 1), f"{field}.gpus_per_worker", 0),
+        iterations=integer(data.get("iterations", 100), f"{field}.iterations", 1),
+        priority=integer(data.get("priority", 0), f"{field}.priority", -(2**31)),
+        profile=profile,
+        model=model,
+    )
+
+
+def _profile(data: Any, field: str) -> Profile:
+    try:
+        return Profile.from_mapping(data, field)
+    except InvalidInput as exc:
+        if exc.field.startswith(field):
+            raise
+        # Cross-field checks run on the built value and name it "profile"; say which job's it is.
+        raise InvalidInput(exc.field.replace("profile", field, 1), exc.value, exc.expected) from None
+
+
+def integer(value: Any, field: str, minimum: int) -> int:
+    """An integer no smaller than ``minimum``."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise InvalidInput(field, value, f"an integer >= {minimum}")
+    return value
+
+
+def positive(value: Any, field: str) -> float:
+    """A finite number above zero."""
+    x = number(value, field)
+    if x <= 0:
+        raise InvalidInput(field, value, "a number > 0")
+    return x
+
+
+def nonnegative(value: Any, field: str) -> float:
+    """A finite number at least zero."""
+    x = number(value, field)
+    if x < 0:
+        raise InvalidInput(field, value, "a number >= 0")
+    return x
+
+
+def _mapping(data: Any, field: str, keys: set[str]) -> None:
+    if not isinstance(data, Mapping):
+        raise InvalidInput(field, data, f"a mapping with keys {sorted(keys)}")
+    unknown = sorted(set(data) - keys)
+    if unknown:
+        raise InvalidInput(f"{field}.{unknown[0]}", data[unknown[0]], f"one of {sorted(keys)}")
