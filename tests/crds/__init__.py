@@ -1,0 +1,1 @@
+"""CRD schemas, example custom resources and invalid cases."""

@@ -1,0 +1,1 @@
+"""The Helm chart and the Dockerfile."""
