@@ -1,0 +1,59 @@
+"""``volcano-metronome dev-cluster up|down|status``: a local API server with fake GPU nodes to try things on."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from volcano_metronome.core.errors import InvalidInput
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Sub-commands ``up``, ``down`` and ``status``."""
+    actions = parser.add_subparsers(dest="dev_action", metavar="ACTION", required=True)
+    up = actions.add_parser(
+        "up",
+        help="start etcd, kube-apiserver and kwok in the background, install CRDs and fake nodes",
+        description="Start the dev cluster in the background (or report the running one).",
+    )
+    up.add_argument("--racks", type=int, default=4, help="leaf switches, one rack each (default 4)")
+    up.add_argument("--nodes-per-rack", type=int, default=4, help="fake nodes per rack (default 4)")
+    up.add_argument("--gpus-per-node", type=int, default=8, help="nvidia.com/gpu per node (default 8)")
+    down = actions.add_parser("down", help="stop every process of the dev cluster")
+    down.add_argument("--purge", action="store_true", help="also delete its certificates, data and logs")
+    status = actions.add_parser("status", help="tell whether the dev cluster runs")
+    status.add_argument("--json", action="store_true", help="print the status as JSON")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the chosen action; returns 0, or 1 from ``status`` when the cluster is not running."""
+    from volcano_metronome.devtools import devcluster
+
+    def progress(message: str) -> None:
+        print(message, file=sys.stderr, flush=True)
+
+    if args.dev_action == "up":
+        for flag in ("racks", "nodes_per_rack", "gpus_per_node"):
+            if getattr(args, flag) < 1:
+                raise InvalidInput(f"--{flag.replace('_', '-')}", getattr(args, flag), "a positive integer")
+        layout = devcluster.Layout(racks=args.racks, nodes_per_rack=args.nodes_per_rack, gpus_per_node=args.gpus_per_node)
+        current = devcluster.up(layout=layout, progress=progress)
+        print(devcluster.node_summary(layout))
+        print(devcluster.sample_text(current))
+        return 0
+    if args.dev_action == "down":
+        stopped = devcluster.down(purge=args.purge)
+        print("dev cluster stopped" if stopped else "dev cluster was not running")
+        return 0
+    current = devcluster.status()
+    if args.json:
+        print(json.dumps(current.to_json()))
+    elif not current.processes:
+        print(f"dev cluster not started (state in {current.state_dir})")
+    else:
+        for name, alive in current.processes.items():
+            print(f"{name:<15} {'running' if alive else 'stopped'}")
+        print(f"API server {current.server_url}: {'ready' if current.ready else 'not ready'}")
+        print(f"kubeconfig: {current.kubeconfig}")
+    return 0 if current.running and current.ready else 1
