@@ -1,0 +1,142 @@
+"""Kueue AdmissionCheck handling and re-optimisation, against the in-memory API."""
+
+from __future__ import annotations
+
+from tests.controller import builders as b
+from tests.controller.fake import FakeApi
+from volcano_metronome import api, kube
+from volcano_metronome.controller import objects
+from volcano_metronome.controller.loop import Controller
+from volcano_metronome.controller.settings import Settings
+
+NS = "ml"
+NOW = 1_700_000_000.0
+
+
+def kueue_cluster(nodes: int = 4) -> FakeApi:
+    f = FakeApi()
+    for i in range(nodes):
+        f.put(kube.NODES, b.node(f"n{i}", gpus=8, rack="r0"))
+    f.put(kube.ADMISSION_CHECKS, b.admission_check("metronome"))
+    f.put(kube.CLUSTER_QUEUES, b.cluster_queue("cq", "metronome"))
+    return f
+
+
+def run(ctl: Controller, cycles: int = 5) -> None:
+    for _ in range(cycles):
+        plan, _ = ctl.cycle()
+        if not plan.writes:
+            return
+
+
+def our_entry(f: FakeApi, name: str) -> dict:
+    wl = f.obj(kube.WORKLOADS, NS, name)
+    return next(e for e in wl["status"]["admissionChecks"] if e["name"] == "metronome")
+
+
+def test_workload_is_held_until_quota_then_released_ready_with_pod_set_updates() -> None:
+    f = kueue_cluster()
+    wl = b.workload(NS, "job-a", 2, priority=5)
+    f.put(kube.WORKLOADS, wl)
+    ctl = Controller(f, f.stores(), Settings(), identity="t", clock=lambda: NOW)
+    run(ctl)
+    assert "admissionChecks" not in (f.obj(kube.WORKLOADS, NS, "job-a").get("status") or {})
+    assert objects.condition_true(f.obj(kube.ADMISSION_CHECKS, None, "metronome"), "Active")
+
+    current = f.obj(kube.WORKLOADS, NS, "job-a")
+    current["status"] = b.quota_reserved_status("cq", 2)
+    f.put(kube.WORKLOADS, current)
+    run(ctl)
+    entry = our_entry(f, "job-a")
+    assert entry["state"] == "Ready"
+    claim = f.obj(kube.CLAIMS, NS, "workload-job-a")
+    assert claim["spec"]["gangRef"]["kind"] == "Workload" and claim["spec"]["priority"] == 5
+    update = entry["podSetUpdates"][0]
+    assert update["name"] == "main"
+    assert update["annotations"][api.EPOCH] == str(claim["status"]["epoch"])
+    assert update["annotations"][api.OFFSET_MS] == objects.number_text(claim["status"]["offsetMs"])
+
+
+def test_pods_of_an_admitted_job_follow_the_workload_claim() -> None:
+    f = kueue_cluster()
+    wl = b.workload(NS, "job-b-1234", 2)
+    wl["metadata"]["ownerReferences"] = [{"apiVersion": "batch/v1", "kind": "Job", "name": "job-b", "uid": "u1"}]
+    wl["status"] = b.quota_reserved_status("cq", 2)
+    f.put(kube.WORKLOADS, wl)
+    ctl = Controller(f, f.stores(), Settings(), identity="t", clock=lambda: NOW)
+    run(ctl)
+    claim = f.obj(kube.CLAIMS, NS, "workload-job-b-1234")
+    # Kueue admits, the Job's pods are created (gated by the webhook, gang-kind Job).
+    for p in b.gang_pods(NS, "job-b", 2, kind="Job"):
+        f.put(kube.PODS, p)
+    run(ctl)
+    for p in f.all(kube.PODS):
+        assert not objects.gates(p)
+        assert objects.pinned_node(p) in claim["status"]["nodes"]
+    assert f.obj(kube.CLAIMS, NS, "workload-job-b-1234")["status"] == claim["status"]
+
+
+def test_workload_that_does_not_fit_gets_retry_and_one_that_never_fits_rejected() -> None:
+    f = kueue_cluster(nodes=2)
+    for name, members in (("big", 2), ("huge", 3)):
+        wl = b.workload(NS, name, members)
+        wl["status"] = b.quota_reserved_status("cq", members)
+        f.put(kube.WORKLOADS, wl)
+    blocker = b.pod("other", "x", "x", gpus=8, gates=(), with_profile=False)
+    blocker["spec"]["nodeName"] = "n0"
+    blocker["status"] = {"phase": "Running"}
+    f.put(kube.PODS, blocker)
+    ctl = Controller(f, f.stores(), Settings(), identity="t", clock=lambda: NOW)
+    run(ctl)
+    assert our_entry(f, "big")["state"] == "Retry"  # both nodes, one busy: not now
+    assert our_entry(f, "huge")["state"] == "Rejected"  # more than the whole cluster: never
+    assert "insufficient GPUs" in our_entry(f, "big")["message"]
+
+
+def placed_claim(name: str, nodes: list[str], members: list[int], offset: float, priority: int) -> dict:
+    return {"apiVersion": api.API_VERSION, "kind": "STBandwidthClaim",
+            "metadata": {"name": f"podgroup-{name}", "namespace": NS, "labels": {api.MANAGED_LABEL: "true"}},
+            "spec": {"profile": {"periodMs": 200, "windows": [{"startMs": 176, "lenMs": 24, "gbps": 80}],
+                                 "jitterMs": 0},
+                     "gangRef": {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "PodGroup", "name": name},
+                     "priority": priority},
+            "status": {"nodes": nodes, "members": members, "offsetMs": offset, "periodMs": 200,
+                       "epoch": 1_699_999_992_000 - (1_699_999_992_000 % 25200),
+                       "conditions": [{"type": "Placed", "status": "True", "reason": "Placed", "message": "x",
+                                       "lastTransitionTime": "2025-01-01T00:00:00Z"}]}}
+
+
+def test_reoptimisation_moves_colliding_gangs_with_a_future_epoch() -> None:
+    f = FakeApi()
+    for i in range(2):
+        f.put(kube.NODES, b.node(f"n{i}", gpus=8, rack="r0"))
+    f.put(kube.QUEUE_POLICIES, b.queue_policy("default", reoptimization={
+        "enabled": True, "intervalSeconds": 60, "maxMovesPerCycle": 4}))
+    for name, prio in (("a", 100), ("c", 1)):
+        f.put(kube.PODGROUPS, b.podgroup(NS, name, 2, gpus=4))
+        f.put(kube.CLAIMS, placed_claim(name, ["n0", "n1"], [1, 1], 0.0, prio))
+        for i, p in enumerate(b.gang_pods(NS, name, 2, gpus=4, gates=(), priority=prio)):
+            p["spec"]["nodeName"] = f"n{i}"
+            p["status"] = {"phase": "Running"}
+            f.put(kube.PODS, p)
+    mono = [0.0]
+    ctl = Controller(f, f.stores(), Settings(), identity="t", clock=lambda: NOW, monotonic=lambda: mono[0])
+    plan, _ = ctl.cycle()
+    assert not plan.moves  # the first interval has not passed yet
+    mono[0] = 61.0
+    plan, _ = ctl.cycle()
+    assert plan.moves
+    claims = {c["metadata"]["name"]: c for c in f.all(kube.CLAIMS)}
+    moved = [c for c in claims.values() if objects.condition_true(c, "Reconfigured")]
+    assert moved
+    for c in moved:
+        assert c["status"]["epoch"] >= NOW * 1000 + Settings().reconfigure_lead_ms
+        assert c["status"]["epoch"] % 25200 == 0
+    offsets = sorted(c["status"]["offsetMs"] for c in claims.values())
+    assert offsets[0] != offsets[1]
+    run(ctl)  # pods follow their claims' new offsets and epochs
+    for p in f.all(kube.PODS):
+        claim = claims[f"podgroup-{objects.annotations_of(p)[api.GANG_NAME]}"]
+        assert objects.annotations_of(p)[api.OFFSET_MS] == objects.number_text(claim["status"]["offsetMs"])
+        assert objects.annotations_of(p)[api.EPOCH] == str(claim["status"]["epoch"])
+    assert any(e["reason"] == "Reconfigured" for e in f.events)

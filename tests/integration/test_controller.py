@@ -1,0 +1,266 @@
+"""The controller against a real kube-apiserver + etcd, run as a subprocess like in production.
+
+There is no kube-scheduler here: pods stay unbound, and the controller's job ends at ungating them
+(with node affinity, annotations and a claim). Each test has its own nodes (selected by a label the
+controller is configured with), namespace and Lease, so tests do not see each other's objects.
+"""
+
+from __future__ import annotations
+
+import pathlib
+import threading
+import time
+from typing import Iterator
+
+import pytest
+
+from tests.controller import builders as b
+from tests.controller.cluster import Cluster, ControllerProcess, ensure_crds, wait_until
+from volcano_metronome import api, kube
+from volcano_metronome.controller import objects
+from volcano_metronome.devtools.controlplane import ControlPlane
+
+# Short enough that a standby takes over in seconds, long enough to survive a loaded CI machine.
+FAST_LEASE = {"leaseDurationSeconds": 6, "renewDeadlineSeconds": 5, "retryPeriodSeconds": 1}
+
+
+@pytest.fixture(scope="module")
+def kubeconfig(control_plane: ControlPlane) -> pathlib.Path:
+    ensure_crds(control_plane.kubeconfig_path)
+    return control_plane.kubeconfig_path
+
+
+@pytest.fixture
+def cluster(kubeconfig: pathlib.Path) -> Iterator[Cluster]:
+    c = Cluster(kubeconfig)
+    yield c
+    c.close()
+
+
+@pytest.fixture
+def controllers(cluster: Cluster, tmp_path: pathlib.Path) -> Iterator[list[ControllerProcess]]:
+    started: list[ControllerProcess] = []
+    yield started
+    for ctl in started:
+        ctl.stop()
+
+
+def start(cluster: Cluster, tmp_path: pathlib.Path, started: list[ControllerProcess], ns: str, *,
+          lease: str = "metronome", **kw: object) -> ControllerProcess:
+    ctl = ControllerProcess(cluster, tmp_path, lease=lease, lease_namespace=ns, **kw).start()  # type: ignore[arg-type]
+    started.append(ctl)
+    return ctl
+
+
+def test_gated_pods_get_affinity_annotations_and_are_ungated(cluster: Cluster, tmp_path: pathlib.Path,
+                                                             controllers: list[ControllerProcess]) -> None:
+    cluster.nodes(8)
+    ns = cluster.namespace()
+    cluster.gang(ns, "a", 4)
+    cluster.gang(ns, "b", 2)
+    ctl = start(cluster, tmp_path, controllers, ns)
+    wait_until(lambda: cluster.ungated(ns), 60, lambda: f"ungated pods\n{ctl.logs()}")
+    claims = cluster.check_consistent(ns)
+    assert set(claims) == {"podgroup-a", "podgroup-b"}
+    for claim in claims.values():
+        assert objects.condition_true(claim, "Placed") and claim["status"]["periodMs"] == 200
+    for p in cluster.pods(ns):
+        assert objects.gates(p) == () and objects.pinned_node(p) is not None
+    events = cluster.k.list(kube.EVENTS, ns)["items"]
+    assert {e["reason"] for e in events} >= {"Placed"}
+    assert wait_until(lambda: ctl.metric("metronome_controller_placements_total"), 10, "metrics") == 2
+
+
+def test_priorities_are_respected(cluster: Cluster, tmp_path: pathlib.Path,
+                                  controllers: list[ControllerProcess]) -> None:
+    cluster.nodes(8)
+    ns = cluster.namespace()
+    low, high = cluster.priority_class(10), cluster.priority_class(1000)
+    # Each gang needs 6 of the 8 nodes: only one fits; the later, higher-priority one must win.
+    cluster.gang(ns, "low", 6, priority_class=low)
+    cluster.gang(ns, "high", 6, priority_class=high)
+    ctl = start(cluster, tmp_path, controllers, ns)
+    wait_until(lambda: cluster.ungated(ns, ["high"]), 60, lambda: f"the high-priority gang\n{ctl.logs()}")
+    claims = wait_until(lambda: (c := cluster.claims(ns)).get("podgroup-low", {}).get("status", {}).get(
+        "conditions") and c, 30, "the low-priority gang's NoFit")
+    assert objects.condition(claims["podgroup-low"], "NoFit")["reason"] == "InsufficientGPUs"
+    assert all(objects.gated_by_us(p) for p in cluster.pods(ns)
+               if objects.annotations_of(p)[api.GANG_NAME] == "low")
+    # When the high-priority gang completes, the low one gets its turn.
+    # (Volcano's PodGroup CRD has no status subresource: status is part of the object.)
+    cluster.k.patch(kube.PODGROUPS, ns, "high", {"status": {"phase": "Completed"}})
+    wait_until(lambda: cluster.ungated(ns, ["low"]), 60, lambda: f"the low-priority gang after release\n{ctl.logs()}")
+    released = cluster.claims(ns)["podgroup-high"]
+    assert objects.condition(released, "Placed")["reason"] == "Released"
+    cluster.check_consistent(ns)
+
+
+@pytest.mark.parametrize("kill_after", [1, 3, 9])
+def test_killed_between_writes_and_restarted_converges_without_double_placement(
+        cluster: Cluster, tmp_path: pathlib.Path, controllers: list[ControllerProcess], kill_after: int) -> None:
+    cluster.nodes(8)
+    ns = cluster.namespace()
+    for g in ("a", "b", "c"):
+        cluster.gang(ns, g, 2)
+    first = start(cluster, tmp_path, controllers, ns, extra_settings={"leaderElection": {
+        "leaseName": "metronome", **FAST_LEASE}}, args=["--exit-after-writes", str(kill_after)])
+    assert first.wait(60) == -9, first.logs()  # it SIGKILLed itself right after write number kill_after
+    recorded = {name: c.get("status", {}) for name, c in cluster.claims(ns).items()}
+    second = start(cluster, tmp_path, controllers, ns, extra_settings={"leaderElection": {
+        "leaseName": "metronome", **FAST_LEASE}})
+    wait_until(lambda: cluster.ungated(ns), 60, lambda: f"convergence after the restart\n{second.logs()}")
+    claims = cluster.check_consistent(ns)
+    assert len(claims) == 3
+    for name, status in recorded.items():
+        if status.get("nodes"):  # a decision recorded before the kill is the one that stands
+            for key in ("nodes", "members", "offsetMs", "epoch", "decidedAt"):
+                assert claims[name]["status"][key] == status[key], (name, key)
+
+
+def test_sigkill_at_a_random_moment_under_load_converges(cluster: Cluster, tmp_path: pathlib.Path,
+                                                         controllers: list[ControllerProcess]) -> None:
+    cluster.nodes(24)
+    ns = cluster.namespace()
+    for i in range(12):
+        cluster.gang(ns, f"g{i}", 2)
+    first = start(cluster, tmp_path, controllers, ns, extra_settings={"leaderElection": {
+        "leaseName": "metronome", **FAST_LEASE}})
+    wait_until(lambda: any(not objects.gated_by_us(p) for p in cluster.pods(ns)), 60, "the first ungated pod",
+               interval=0.01)
+    first.kill()
+    recorded = {name: c.get("status", {}) for name, c in cluster.claims(ns).items()}
+    second = start(cluster, tmp_path, controllers, ns, extra_settings={"leaderElection": {
+        "leaseName": "metronome", **FAST_LEASE}})
+    wait_until(lambda: cluster.ungated(ns), 60, lambda: f"convergence\n{second.logs()}")
+    claims = cluster.check_consistent(ns)
+    for name, status in recorded.items():
+        if status.get("nodes"):
+            assert claims[name]["status"]["decidedAt"] == status["decidedAt"], name
+
+
+def test_api_server_restart_under_load(control_plane: ControlPlane, cluster: Cluster, tmp_path: pathlib.Path,
+                                       controllers: list[ControllerProcess]) -> None:
+    cluster.nodes(16)
+    ns = cluster.namespace()
+    # A lease that outlasts the API server's restart, so that the same process must ride it out: its
+    # watches re-establish and its failed writes are planned again (with the default 10 s renew
+    # deadline it would exit instead, and its Deployment would restart it).
+    ctl = start(cluster, tmp_path, controllers, ns, extra_settings={"leaderElection": {
+        "leaseName": "metronome", "leaseDurationSeconds": 180, "renewDeadlineSeconds": 170}})
+    wait_until(lambda: ctl.metric("metronome_controller_leader") == 1, 30, lambda: f"leadership\n{ctl.logs()}")
+    errors: list[BaseException] = []
+
+    def create() -> None:
+        creator = Cluster(cluster.kubeconfig, tag=cluster.tag)
+        try:
+            for i in range(16):
+                creator.gang(ns, f"g{i}", 2, gpus=4, patient=True)  # 32 pods, 2 per node
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+        finally:
+            creator.close()
+
+    thread = threading.Thread(target=create)
+    thread.start()
+    wait_until(lambda: cluster.claims(ns), 30, "a first claim")  # the controller is busy writing
+    control_plane.restart_apiserver()
+    thread.join(180)
+    assert not errors, errors
+    wait_until(lambda: len(cluster.pods(ns)) >= 32 and cluster.ungated(ns), 90,
+               lambda: f"all pods ungated after the restart\n{ctl.logs()}")
+    cluster.check_consistent(ns)
+    assert ctl.alive(), ctl.logs()
+    restarts = wait_until(lambda: ctl.metric("metronome_controller_watch_restarts_total"), 10, "restart metric")
+    assert restarts >= 1
+
+
+def test_two_replicas_exactly_one_acts_and_the_other_takes_over(cluster: Cluster, tmp_path: pathlib.Path,
+                                                                controllers: list[ControllerProcess]) -> None:
+    cluster.nodes(8)
+    ns = cluster.namespace()
+    settings = {"leaderElection": {"leaseName": "metronome", **FAST_LEASE}}
+    one = start(cluster, tmp_path, controllers, ns, identity="replica-one", extra_settings=settings)
+    two = start(cluster, tmp_path, controllers, ns, identity="replica-two", extra_settings=settings)
+    holder = wait_until(lambda: (cluster.k.get(kube.LEASES, ns, "metronome") or {}).get("spec", {}).get(
+        "holderIdentity"), 30, "a lease holder")
+    leader, standby = (one, two) if holder == one.identity else (two, one)
+    wait_until(lambda: leader.metric("metronome_controller_leader") == 1, 20, "the leader's metric")
+    wait_until(lambda: standby.metric("metronome_controller_leader") is not None, 20, "the standby's metrics")
+    assert standby.metric("metronome_controller_leader") == 0
+    cluster.gang(ns, "a", 2)
+    wait_until(lambda: cluster.ungated(ns, ["a"]), 60, lambda: f"gang a\n{leader.logs()}")
+    events = cluster.k.list(kube.EVENTS, ns)["items"]
+    assert {e.get("reportingInstance") for e in events} == {leader.identity}
+    assert standby.metric("metronome_controller_placements_total") == 0
+    leader.kill()
+    cluster.gang(ns, "b", 2)
+    wait_until(lambda: cluster.ungated(ns, ["b"]), 60, lambda: f"gang b by the standby\n{standby.logs()}")
+    lease = cluster.k.get(kube.LEASES, ns, "metronome")
+    assert lease is not None and lease["spec"]["holderIdentity"] == standby.identity
+    cluster.check_consistent(ns)
+
+
+def test_losing_the_lease_exits_the_process(cluster: Cluster, tmp_path: pathlib.Path,
+                                            controllers: list[ControllerProcess]) -> None:
+    cluster.nodes(1)
+    ns = cluster.namespace()
+    ctl = start(cluster, tmp_path, controllers, ns, extra_settings={"leaderElection": {
+        "leaseName": "metronome", **FAST_LEASE}})
+    wait_until(lambda: ctl.metric("metronome_controller_leader") == 1, 30, lambda: f"leadership\n{ctl.logs()}")
+    lease = cluster.k.get(kube.LEASES, ns, "metronome")
+    assert lease is not None
+    lease["spec"]["holderIdentity"] = "usurper"  # someone else holds it now: renewals must fail
+    lease["spec"]["renewTime"] = kube.now_micro()
+    cluster.k.replace(kube.LEASES, lease)
+
+    def keep_usurping() -> None:
+        for _ in range(40):
+            current = cluster.k.get(kube.LEASES, ns, "metronome")
+            if current is not None:
+                current["spec"]["holderIdentity"] = "usurper"
+                current["spec"]["renewTime"] = kube.now_micro()
+                try:
+                    cluster.k.replace(kube.LEASES, current)
+                except kube.Conflict:
+                    pass
+            if not ctl.alive():
+                return
+            time.sleep(0.5)
+
+    thread = threading.Thread(target=keep_usurping)
+    thread.start()
+    code = ctl.wait(30)
+    thread.join()
+    assert code == 1, ctl.logs()
+    assert "lease lost" in ctl.logs()
+
+
+def test_kueue_workload_is_held_by_our_admission_check_and_released(
+        cluster: Cluster, tmp_path: pathlib.Path, controllers: list[ControllerProcess]) -> None:
+    cluster.nodes(4)
+    ns = cluster.namespace()
+    check, cq = f"metronome-{cluster.tag}", f"cq-{cluster.tag}"
+    cluster.k.create(kube.ADMISSION_CHECKS, b.admission_check(check))
+    cluster.k.create(kube.CLUSTER_QUEUES, b.cluster_queue(cq, check))
+    cluster.k.create(kube.WORKLOADS, b.workload(ns, "wl", 2, priority=7), ns)
+    ctl = start(cluster, tmp_path, controllers, ns)
+    wait_until(lambda: objects.condition_true(cluster.k.get(kube.ADMISSION_CHECKS, None, check) or {}, "Active"),
+               30, lambda: f"our AdmissionCheck Active\n{ctl.logs()}")
+    time.sleep(1.5)  # no quota reserved yet: the Workload is held, untouched
+    wl = cluster.k.get(kube.WORKLOADS, ns, "wl")
+    assert wl is not None and not (wl.get("status") or {}).get("admissionChecks")
+    assert "workload-wl" not in cluster.claims(ns)
+    # What Kueue's scheduler does when it reserves quota:
+    cluster.k.patch(kube.WORKLOADS, ns, "wl", {"status": b.quota_reserved_status(cq, 2)}, subresource="status")
+
+    def ready() -> dict | None:
+        current = cluster.k.get(kube.WORKLOADS, ns, "wl") or {}
+        entries = (current.get("status") or {}).get("admissionChecks") or []
+        return next((e for e in entries if e["name"] == check and e["state"] == "Ready"), None)
+
+    entry = wait_until(ready, 30, lambda: f"the check Ready\n{ctl.logs()}")
+    claim = cluster.claims(ns)["workload-wl"]
+    assert claim["spec"]["priority"] == 7 and objects.condition_true(claim, "Placed")
+    annotations = entry["podSetUpdates"][0]["annotations"]
+    assert annotations[api.EPOCH] == str(claim["status"]["epoch"])
+    assert annotations[api.PERIOD_MS] == objects.number_text(claim["status"]["periodMs"])

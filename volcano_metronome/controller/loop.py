@@ -1,0 +1,314 @@
+"""The controller's shell: informers feed cycles, cycles write plans, leader election gates the writes.
+
+One cycle = read every store (merged with our own recent writes), observe, decide (the core),
+maybe re-optimise, plan, write. Cycles run when an informer reports a change (after a short
+debounce that batches bursts of events), after a failed write (with backoff), and every
+``resyncSeconds`` regardless. Re-optimisation runs per QueuePolicy every ``intervalSeconds`` when
+enabled, and for every such policy when the network changes.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Callable, Mapping
+
+from volcano_metronome import api, kube
+from volcano_metronome.controller import reconcile
+from volcano_metronome.controller.cache import Overlay, Store, View
+from volcano_metronome.controller.leader import LeaderElector, LeaseConfig
+from volcano_metronome.controller.metrics import HealthServer, Metrics
+from volcano_metronome.controller.observe import Inputs, World, observe
+from volcano_metronome.controller.reconcile import Plan
+from volcano_metronome.controller.settings import Settings
+from volcano_metronome.controller.writer import Api, Outcome, Writer
+from volcano_metronome.core.decision import Decision, NoFit
+
+log = logging.getLogger("volcano_metronome.controller")
+
+BOUND_PODS = "bound-pods"
+BOUND_SELECTOR = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"
+
+
+@dataclass(frozen=True)
+class Source:
+    """One watched resource: the store name a cycle reads it by, and how it is selected."""
+
+    name: str
+    resource: kube.Resource
+    label_selector: str | None = None
+    field_selector: str | None = None
+
+
+SOURCES: tuple[Source, ...] = (
+    Source("nodes", kube.NODES),
+    Source("pods", kube.PODS, label_selector=f"{api.MANAGED_LABEL}=true"),
+    Source(BOUND_PODS, kube.PODS, field_selector=BOUND_SELECTOR),
+    Source("podgroups", kube.PODGROUPS),
+    Source("workloads", kube.WORKLOADS),
+    Source("admissionchecks", kube.ADMISSION_CHECKS),
+    Source("clusterqueues", kube.CLUSTER_QUEUES),
+    Source(api.CLAIMS, kube.CLAIMS),
+    Source(api.CAPACITIES, kube.CAPACITIES),
+    Source("hypernodes", kube.HYPERNODES),
+    Source(api.QUEUE_POLICIES, kube.QUEUE_POLICIES),
+)
+
+
+def default_identity() -> str:
+    """``hostname_<random>``, as client-go does: unique per process."""
+    return f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}"
+
+
+class Controller:
+    """Cycles over stores, writing through ``api``; use :func:`serve` to run one against a cluster."""
+
+    def __init__(self, api_: Api, stores: Mapping[str, Store], settings: Settings, *, identity: str = "",
+                 metrics: Metrics | None = None, clock: Callable[[], float] = time.time,
+                 monotonic: Callable[[], float] = time.monotonic, after_write: Callable[[], None] | None = None,
+                 may_write: Callable[[], bool] | None = None) -> None:
+        self.settings = settings
+        self.identity = identity or default_identity()
+        self.metrics = metrics or Metrics()
+        self.clock = clock
+        self.monotonic = monotonic
+        self.overlay = Overlay()
+        self.view = View(stores, self.overlay)
+        self.writer = Writer(api_, self.overlay, settings.write_concurrency, self.identity, after_write, may_write)
+        self.dirty = threading.Event()
+        self.heartbeat = monotonic()
+        self._last_reopt: dict[str, float] = {}
+        self._network: tuple[str, ...] | None = None
+        self.last_world: World | None = None
+        self._reported: dict[str, str] = {}  # gang key -> last no-fit reason announced by an Event
+
+    def notify(self, *_: object) -> None:
+        """Something changed: run a cycle soon."""
+        self.dirty.set()
+
+    def inputs(self) -> Inputs:
+        """What the stores (and our own recent writes) hold now."""
+        v = self.view
+        return Inputs(nodes=v.items("nodes"), pods=v.items("pods"), bound_pods=v.items(BOUND_PODS),
+                      podgroups=v.items("podgroups"), workloads=v.items("workloads"),
+                      admission_checks=v.items("admissionchecks"), cluster_queues=v.items("clusterqueues"),
+                      claims=v.items(api.CLAIMS), capacities=v.items(api.CAPACITIES),
+                      hypernodes=v.items("hypernodes"), queue_policies=v.items(api.QUEUE_POLICIES))
+
+    def cycle(self) -> tuple[Plan, Outcome]:
+        """One cycle: observe, decide, plan, write."""
+        started = self.monotonic()
+        now = self.clock()
+        world = observe(self.inputs(), self.settings)
+        self.last_world = world
+        for warning in world.warnings:
+            log.warning("%s", warning)
+        t0 = self.monotonic()
+        decided = reconcile.decide(world, self.settings, now)
+        decide_s = self.monotonic() - t0
+        for warning in decided.warnings:
+            log.warning("%s", warning)
+        due = self._reopt_due(world, started)
+        moves = reconcile.reoptimise_moves(world, self.settings, due) if due else ()
+        plan = reconcile.plan(world, decided, self.settings, now, moves, self._reported)
+        outcome = self.writer.apply(plan) if plan.writes else Outcome()
+        self._remember_reports(plan, outcome)
+        self._record(world, plan, outcome, decided.results, decide_s, self.monotonic() - started)
+        return plan, outcome
+
+    def _remember_reports(self, plan: Plan, outcome: Outcome) -> None:
+        failed = set(outcome.failed)
+        for g in plan.gangs:
+            for w in g.after:
+                if isinstance(w, reconcile.Event) and w.reason == reconcile.NOFIT and g.gang not in failed:
+                    self._reported[g.gang] = w.note
+        if len(self._reported) > 100_000:  # bound the memory; forgetting only repeats an Event
+            self._reported.clear()
+
+    def _reopt_due(self, world: World, now: float) -> list[str]:
+        fingerprint = tuple(f"{link.name}={link.capacity_gbps}" for link in world.topology.links)
+        changed = self._network is not None and fingerprint != self._network
+        self._network = fingerprint
+        due = []
+        for view in world.policies:
+            r = view.reoptimization
+            if not r.enabled or view.error:
+                continue
+            last = self._last_reopt.setdefault(view.name, now)
+            if changed or now - last >= r.interval_s:
+                due.append(view.name)
+                self._last_reopt[view.name] = now
+        return due
+
+    def _record(self, world: World, plan: Plan, outcome: Outcome, results: Mapping[str, Decision | NoFit],
+                decide_s: float, cycle_s: float) -> None:
+        m = self.metrics
+        m.queue_depth.set(plan.pending)
+        m.placed_gangs.set(plan.placed)
+        decided = [r for r in results.values()]
+        if decided:
+            per = decide_s / len(decided)
+            for _ in decided:
+                m.decision_seconds.observe(per)
+        m.cycle_seconds.observe(cycle_s)
+        m.placements.inc(len(outcome.placed))
+        for r in decided:
+            if isinstance(r, NoFit):
+                m.no_fits.labels(reconcile.no_fit_category(r.reason)).inc()
+        m.reconfigurations.inc(len(plan.moves))
+        m.ungated_pods.inc(outcome.ungated)
+        for (kind, result), n in outcome.by_kind.items():
+            m.writes.labels(kind, result).inc(n)
+        m.predicted_overflow.set(sum(float(c.status.get("predictedOverflowGbpsMs") or 0.0)
+                                     for c in world.claims.values() if c.placed))
+        if plan.writes or decided:
+            log.info("cycle: %d decided (%d placed), %d pending, %d writes (%d conflicts, %d errors), "
+                     "%d pods ungated, %.1f ms", len(decided), len(outcome.placed), plan.pending, outcome.writes,
+                     outcome.conflicts, outcome.errors, outcome.ungated, cycle_s * 1000)
+
+    def run(self, stop: threading.Event) -> None:
+        """Cycle until ``stop`` is set."""
+        backoff = 0.05
+        last = self.monotonic()
+        self.dirty.set()
+        while not stop.is_set():
+            self.heartbeat = self.monotonic()
+            # Wake at least every second so that a stop request is seen promptly.
+            if not self.dirty.wait(timeout=1.0) and self.monotonic() - last < self.settings.resync_s:
+                continue
+            if stop.is_set():
+                return
+            last = self.monotonic()
+            if self.settings.cycle_debounce_ms:
+                stop.wait(self.settings.cycle_debounce_ms / 1000.0)
+            self.dirty.clear()
+            try:
+                _, outcome = self.cycle()
+            except Exception:  # noqa: BLE001 - a bug in one cycle must not stop the controller
+                log.exception("cycle failed")
+                outcome = Outcome(errors=1)
+            if outcome.errors or outcome.conflicts or outcome.failed:
+                stop.wait(backoff if outcome.errors else 0.05)
+                backoff = min(5.0, backoff * 2) if outcome.errors else backoff
+                self.dirty.set()
+            else:
+                backoff = 0.05
+
+    def close(self) -> None:
+        """Stop the writer's threads."""
+        self.writer.close()
+
+
+# ----------------------------------------------------------------------------------------------- serve
+@dataclass
+class ServeOptions:
+    """How :func:`serve` runs (flags of ``volcano-metronome controller``)."""
+
+    identity: str = ""
+    leader_election: bool = True
+    health: bool = True
+    exit_after_writes: int | None = None  # testing aid: SIGKILL ourselves after this many writes
+    sync_timeout_s: float = 120.0
+
+
+def serve(k: kube.Kube, settings: Settings, options: ServeOptions, stop: threading.Event) -> int:
+    """Run the controller until ``stop`` (0) or until the lease is lost (1)."""
+    identity = options.identity or default_identity()
+    lost = threading.Event()
+    informers: dict[str, kube.Informer] = {}
+    metrics = Metrics(lambda: {name: inf.restarts for name, inf in informers.items()})
+    elector: LeaderElector | None = None
+    wake: list[Callable[[], None]] = []
+
+    def on_lost() -> None:
+        lost.set()
+        stop.set()
+        for fn in wake:
+            fn()
+
+    if options.leader_election and settings.leader_election.enabled:
+        le = settings.leader_election
+        elector = LeaderElector(k, LeaseConfig(settings.lease_namespace, le.lease_name, identity,
+                                               le.lease_duration_s, le.renew_deadline_s, le.retry_period_s),
+                                on_lost=on_lost)
+    controller = Controller(k, informers, settings, identity=identity, metrics=metrics,
+                            after_write=_fault(options.exit_after_writes),
+                            may_write=elector.is_leader if elector is not None else None)
+    wake.append(controller.notify)
+    for src in SOURCES:
+        selector = settings.node_selector or None if src.name == "nodes" else src.label_selector
+        # GPU accounting needs every bound pod, whatever namespace the gangs are watched in.
+        scoped = src.resource.namespaced and src.name != BOUND_PODS
+        informers[src.name] = kube.Informer(k, src.resource, settings.watch_namespace or None if scoped else None,
+                                            label_selector=selector,
+                                            field_selector=src.field_selector, on_change=controller.notify,
+                                            timeout_seconds=settings.watch_timeout_s)
+    synced = threading.Event()
+
+    leading = threading.Event()
+
+    def healthy() -> bool:
+        # A standby waiting for the Lease runs no cycles; only a leader's loop can stall.
+        if not leading.is_set():
+            return True
+        return time.monotonic() - controller.heartbeat < max(3 * settings.resync_s, 60.0)
+
+    server = None
+    if options.health:
+        server = HealthServer(settings.bind_address, settings.health_port, metrics, healthy,
+                              lambda: synced.is_set() and all(i.synced for i in informers.values())).start()
+        log.info("health and metrics on %s:%d", settings.bind_address, server.port)
+    try:
+        for inf in informers.values():
+            inf.start()
+        deadline = time.monotonic() + options.sync_timeout_s
+        for name, inf in informers.items():
+            if not inf.wait_synced(max(0.0, deadline - time.monotonic())):
+                log.error("cache of %s did not sync within %.0fs", name, options.sync_timeout_s)
+                return 1
+        synced.set()
+        log.info("caches synced; identity %s", identity)
+        if elector is not None:
+            log.info("waiting for lease %s/%s", settings.lease_namespace, settings.leader_election.lease_name)
+            if not elector.acquire(stop):
+                return 0
+            elector.start_renewing()
+        metrics.leader.set(1)
+        controller.heartbeat = time.monotonic()
+        leading.set()
+        log.info("leading: running cycles")
+        controller.run(stop)
+        return 1 if lost.is_set() else 0
+    finally:
+        metrics.leader.set(0)
+        if elector is not None and not lost.is_set():
+            elector.release()
+        for inf in informers.values():
+            inf.stop()
+        controller.close()
+        if server is not None:
+            server.stop()
+        if lost.is_set():
+            log.error("lease lost: exiting")
+
+
+def _fault(after: int | None) -> Callable[[], None] | None:
+    if not after:
+        return None
+    count = [0]
+    lock = threading.Lock()
+
+    def hook() -> None:
+        with lock:
+            count[0] += 1
+            if count[0] >= after:
+                log.warning("exit-after-writes reached (%d): SIGKILL", after)
+                os.kill(os.getpid(), signal.SIGKILL)
+
+    return hook

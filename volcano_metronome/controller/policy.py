@@ -1,0 +1,155 @@
+"""QueuePolicy objects as core :class:`Policy` values, and which policy governs a gang."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+from volcano_metronome.catalog import Catalog, builtin
+from volcano_metronome.controller import objects
+from volcano_metronome.core.errors import InvalidInput
+from volcano_metronome.core.grid import SlotGrid
+from volcano_metronome.core.model import Ordering, Policy
+from volcano_metronome.core.profile import Profile
+
+DEFAULT_NAME = ""  # the built-in policy used when no QueuePolicy governs a gang
+
+
+@dataclass(frozen=True)
+class Reoptimization:
+    """``spec.reoptimization``: periodic re-solving of running gangs' offsets."""
+
+    enabled: bool = True  # the CRD's defaults
+    interval_s: float = 60.0
+    max_moves: int = 16
+
+
+@dataclass(frozen=True)
+class QueuePolicyView:
+    """One QueuePolicy: its core policy, what it governs, and its controller-side knobs."""
+
+    name: str
+    policy: Policy
+    volcano_queues: frozenset[str] = frozenset()
+    kueue_cluster_queues: frozenset[str] = frozenset()
+    default_profile: Profile | None = None
+    reoptimization: Reoptimization = field(default_factory=Reoptimization)
+    generation: int = 0
+    error: str = ""  # why the object could not be used as written (then it governs nothing)
+    status: Mapping[str, Any] = field(default_factory=dict, compare=False)  # as observed
+
+    @property
+    def catch_all(self) -> bool:
+        """A policy that names no queue governs every gang no other policy claims."""
+        return not self.volcano_queues and not self.kueue_cluster_queues
+
+
+def parse(obj: Mapping[str, Any], grid: SlotGrid, nic_gbps: float, catalog: Catalog | None = None) -> QueuePolicyView:
+    """The view of one QueuePolicy object; a broken spec yields a view with ``error`` set."""
+    name = objects.name(obj)
+    generation = int(objects.meta(obj).get("generation") or 0)
+    status = dict(obj.get("status") or {})
+    try:
+        view = _parse(obj, name, generation, grid, nic_gbps, catalog or builtin())
+    except InvalidInput as exc:
+        view = QueuePolicyView(name, Policy(grid=grid), generation=generation, error=str(exc))
+    return dataclasses.replace(view, status=status)
+
+
+def _parse(obj: Mapping[str, Any], name: str, generation: int, grid: SlotGrid, nic_gbps: float,
+           catalog: Catalog) -> QueuePolicyView:
+    spec = obj.get("spec") or {}
+    where = f"QueuePolicy {name}: spec"
+    defaults = Policy()
+    ordering = spec.get("ordering", defaults.ordering.value)
+    if ordering not in {o.value for o in Ordering}:
+        raise InvalidInput(f"{where}.ordering", ordering, f"one of {', '.join(o.value for o in Ordering)}")
+    policy = Policy(
+        ordering=Ordering(ordering),
+        aging_per_minute=_num(spec, "agingPerMinute", defaults.aging_per_minute, where),
+        priority_weight=_num(spec, "priorityWeight", defaults.priority_weight, where),
+        cushion_slots=_int(spec, "cushionSlots", defaults.cushion_slots, where),
+        overflow_tolerance=_num(spec, "overflowTolerance", defaults.overflow_tolerance, where),
+        max_candidates=_int(spec, "maxCandidates", defaults.max_candidates, where),
+        grid=grid,
+    )
+    reopt_raw = spec.get("reoptimization") or {}
+    if not isinstance(reopt_raw, Mapping):
+        raise InvalidInput(f"{where}.reoptimization", reopt_raw, "a mapping {enabled, intervalSeconds, maxMovesPerCycle}")
+    base = Reoptimization()
+    reopt = Reoptimization(
+        enabled=bool(reopt_raw.get("enabled", base.enabled)),
+        interval_s=_num(reopt_raw, "intervalSeconds", base.interval_s, f"{where}.reoptimization"),
+        max_moves=_int(reopt_raw, "maxMovesPerCycle", base.max_moves, f"{where}.reoptimization"),
+    )
+    return QueuePolicyView(
+        name=name,
+        policy=policy,
+        volcano_queues=_names(spec.get("volcanoQueues"), f"{where}.volcanoQueues"),
+        kueue_cluster_queues=_names(spec.get("kueueClusterQueues"), f"{where}.kueueClusterQueues"),
+        default_profile=default_profile(spec.get("defaultProfile"), f"{where}.defaultProfile", nic_gbps, catalog),
+        reoptimization=reopt,
+        generation=generation,
+    )
+
+
+def default_profile(data: Any, where: str, nic_gbps: float, catalog: Catalog) -> Profile | None:
+    """``defaultProfile``: ``{model: NAME}`` (catalog, at the NIC rate), ``{profile: {...}}`` or a profile."""
+    if data is None:
+        return None
+    if not isinstance(data, Mapping):
+        raise InvalidInput(where, data, "a mapping {model: NAME} or {profile: {periodMs, windows, jitterMs}}")
+    if "model" in data and data["model"]:
+        return catalog.get(data["model"], f"{where}.model").profile(nic_gbps)
+    if "profile" in data and data["profile"]:
+        return objects.profile_from_spec(data["profile"], f"{where}.profile")
+    if "periodMs" in data or "period_ms" in data:
+        return objects.profile_from_spec(data, where)
+    return None
+
+
+def select(policies: Sequence[QueuePolicyView], *, volcano_queue: str | None = None,
+           cluster_queue: str | None = None, named: str | None = None) -> QueuePolicyView | None:
+    """The policy governing a gang: the one named (claim ``spec.queuePolicy``), else the first by name
+    listing the gang's queue, else the first catch-all; None means the built-in default."""
+    usable = sorted((p for p in policies if not p.error), key=lambda p: p.name)
+    if named:
+        for p in usable:
+            if p.name == named:
+                return p
+    for p in usable:
+        if (volcano_queue and volcano_queue in p.volcano_queues) or (
+                cluster_queue and cluster_queue in p.kueue_cluster_queues):
+            return p
+    for p in usable:
+        if p.catch_all:
+            return p
+    return None
+
+
+def _names(value: Any, where: str) -> frozenset[str]:
+    if value is None:
+        return frozenset()
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise InvalidInput(where, value, "a list of names")
+    return frozenset(value)
+
+
+def _num(spec: Mapping[str, Any], key: str, default: float, where: str) -> float:
+    value = spec.get(key, default)
+    if isinstance(value, str):
+        try:  # Kubernetes CRDs often carry fractions as strings (no floats in some schemas)
+            value = float(value)
+        except ValueError:
+            pass
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InvalidInput(f"{where}.{key}", value, "a number")
+    return float(value)
+
+
+def _int(spec: Mapping[str, Any], key: str, default: int, where: str) -> int:
+    value = spec.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidInput(f"{where}.{key}", value, "an integer")
+    return value

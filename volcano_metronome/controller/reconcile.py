@@ -1,0 +1,531 @@
+"""From the observed world and the core's decisions to a plan of writes. PURE (no I/O, no clock).
+
+Level-triggered: every write is the difference between what the objects say and what they should
+say, so planning twice over the same world plans the same writes, and planning over a world in
+which the writes landed plans none. Per gang the writes are ordered so that a crash between any two
+of them loses nothing and duplicates nothing:
+
+1. the STBandwidthClaim (created if needed, then its status: the durable record of the decision);
+2. each gated pod: required node affinity pinning it to one node of the decision, the annotations
+   ``metronome.dev/offset-ms``, ``period-ms``, ``epoch``, and removal of our gate only (other gates
+   stay), in one conditional patch;
+3. the Kueue Workload's AdmissionCheck state, then an Event.
+
+A restarted controller finds the claim and finishes steps 2 and 3 from it, never deciding again.
+
+Time: offsets are kept relative to the Unix epoch modulo the period. Epochs written on claims and
+pods are points of the lattice ``k * maxHyperperiodMs`` (every snapped period divides it), so every
+epoch is equivalent to every other and offsets from different decisions compose on shared links.
+A re-optimised gang gets the first lattice point at least ``reconfigureLeadMs`` in the future: the
+new offset takes effect there.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from volcano_metronome import api
+from volcano_metronome.controller import objects
+from volcano_metronome.controller.objects import JSON
+from volcano_metronome.controller.observe import (GANG_API_VERSIONS, RELEASED, ClaimView, GangView, PodView,
+                                                  World)
+from volcano_metronome.controller.policy import QueuePolicyView
+from volcano_metronome.controller.settings import Settings
+from volcano_metronome.core.cycle import schedule
+from volcano_metronome.core.decision import Decision, NoFit
+from volcano_metronome.core.errors import InvalidInput
+from volcano_metronome.core.grid import lay_out
+from volcano_metronome.core.model import Policy
+from volcano_metronome.core.placement import member_room
+from volcano_metronome.core.reoptimize import Move, reoptimise
+from volcano_metronome.core.snapshot import Snapshot
+
+PLACED, NOFIT, RECONFIGURED = "Placed", "NoFit", "Reconfigured"
+
+
+# --------------------------------------------------------------------------------------------- writes
+@dataclass(frozen=True)
+class CreateClaim:
+    """Create an STBandwidthClaim (AlreadyExists is fine: someone, maybe we, made it)."""
+
+    namespace: str
+    name: str
+    body: JSON
+
+
+@dataclass(frozen=True)
+class ClaimStatus:
+    """Merge-patch a claim's status, conditional on ``resource_version`` (None: the one just created)."""
+
+    namespace: str
+    name: str
+    resource_version: str | None
+    status: JSON
+
+
+@dataclass(frozen=True)
+class DeleteClaim:
+    """Delete a claim the controller created, once its gang is gone."""
+
+    namespace: str
+    name: str
+    resource_version: str
+
+
+@dataclass(frozen=True)
+class PodPatch:
+    """Merge-patch one pod, conditional on its resourceVersion."""
+
+    namespace: str
+    name: str
+    resource_version: str
+    patch: JSON
+    ungates: bool
+
+
+@dataclass(frozen=True)
+class WorkloadCheck:
+    """Set the whole ``status.admissionChecks`` list of a Workload (ours changed), conditionally."""
+
+    namespace: str
+    name: str
+    resource_version: str
+    entries: tuple[JSON, ...]
+    state: str
+
+
+@dataclass(frozen=True)
+class StatusPatch:
+    """Merge-patch the status of a cluster-scoped object (AdmissionCheck, QueuePolicy)."""
+
+    kind: str  # "AdmissionCheck" or "QueuePolicy"
+    name: str
+    status: JSON
+
+
+@dataclass(frozen=True)
+class Event:
+    """An Event about ``regarding`` (an object reference)."""
+
+    regarding: JSON
+    reason: str
+    note: str
+    type: str = "Normal"
+
+
+Write = CreateClaim | ClaimStatus | DeleteClaim | PodPatch | WorkloadCheck | StatusPatch | Event
+
+
+@dataclass(frozen=True)
+class GangWrites:
+    """One gang's writes, in order: ``claim`` one by one, then ``pods`` (in any order), then ``after``."""
+
+    gang: str
+    claim: tuple[CreateClaim | ClaimStatus | DeleteClaim, ...] = ()
+    pods: tuple[PodPatch, ...] = ()
+    after: tuple[WorkloadCheck | Event, ...] = ()
+    placed: bool = False  # this plan records a new decision for the gang
+
+    def __bool__(self) -> bool:
+        return bool(self.claim or self.pods or self.after)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Everything one cycle writes, and what it decided (for metrics and logs)."""
+
+    gangs: tuple[GangWrites, ...] = ()
+    other: tuple[StatusPatch, ...] = ()
+    decisions: tuple[Decision | NoFit, ...] = ()
+    moves: tuple[Move, ...] = ()
+    pending: int = 0
+    placed: int = 0
+
+    @property
+    def writes(self) -> int:
+        """Number of API writes in the plan."""
+        return sum(len(g.claim) + len(g.pods) + len(g.after) for g in self.gangs) + len(self.other)
+
+
+@dataclass(frozen=True)
+class Decided:
+    """The core's answers for this cycle's pending gangs, by gang uid."""
+
+    results: Mapping[str, Decision | NoFit] = field(default_factory=dict)
+    warnings: tuple[str, ...] = ()
+
+
+# -------------------------------------------------------------------------------------------- epochs
+def epoch_step_ms(settings: Settings) -> int:
+    """The lattice step: the smallest whole-millisecond multiple of the hyperperiod cap."""
+    h = settings.max_hyperperiod_ms
+    for k in range(1, 10001):
+        if abs(h * k - round(h * k)) < 1e-6:
+            return int(round(h * k))
+    return int(round(h))
+
+
+def epoch_at_or_before(now_ms: float, settings: Settings) -> int:
+    """The latest lattice epoch not after ``now_ms``."""
+    step = epoch_step_ms(settings)
+    return int(now_ms // step) * step
+
+
+def epoch_at_or_after(t_ms: float, settings: Settings) -> int:
+    """The first lattice epoch not before ``t_ms``."""
+    step = epoch_step_ms(settings)
+    return int(math.ceil(t_ms / step)) * step
+
+
+# ------------------------------------------------------------------------------------------- deciding
+def snapshot(world: World, settings: Settings) -> tuple[Snapshot, list[str]]:
+    """A core snapshot of the world; running gangs that no longer fit the grid are skipped with a warning."""
+    grid = settings.grid
+    snap = Snapshot(world.topology, grid, np.array(world.free_gpus, dtype=np.int64))
+    warnings: list[str] = []
+    for r in world.running():
+        try:
+            nodes = world.topology.nodes_of(r.nodes)
+            offset = int(round(r.offset_ms / grid.slot_ms))
+            snap.assume(r.gang, nodes, np.array(r.members), offset, lay_out(r.gang.profile, grid), hold_gpus=False)
+        except InvalidInput as exc:
+            warnings.append(f"running gang {r.gang.name}: {exc}; its traffic is not accounted for")
+    return snap, warnings
+
+
+def core_policy(world: World, name: str, settings: Settings) -> Policy:
+    """The core policy of QueuePolicy ``name`` (the built-in default for "")."""
+    for p in world.policies:
+        if p.name == name and not p.error:
+            return p.policy
+    return Policy(grid=settings.grid)
+
+
+def decide(world: World, settings: Settings, now_s: float) -> Decided:
+    """Run the core over every pending gang, policy by policy (by name), on one shared snapshot."""
+    snap, warnings = snapshot(world, settings)
+    pending = [g for g in world.gangs if g.pending]
+    results: dict[str, Decision | NoFit] = {}
+    for name in sorted({g.policy for g in pending}):
+        group = [g for g in pending if g.policy == name]
+        gangs = []
+        for g in group:
+            try:
+                gangs.append(g.core_gang())
+            except InvalidInput as exc:
+                results[g.uid] = NoFit(g.uid, str(exc))
+        pol = core_policy(world, name, settings)
+        for result in schedule(snap, gangs, pol, now_s):
+            results[result.uid] = result
+    return Decided(results, tuple(warnings))
+
+
+def reoptimise_moves(world: World, settings: Settings, due: Sequence[str]) -> tuple[Move, ...]:
+    """Offset moves for the running gangs of the policies in ``due`` (bounded per policy, priority first)."""
+    snap, _ = snapshot(world, settings)
+    owner = {g.uid: g.policy for g in world.gangs if g.placed and not g.finished}
+    moves: list[Move] = []
+    for name in sorted(due):
+        view = next((p for p in world.policies if p.name == name), None)
+        max_moves = view.reoptimization.max_moves if view is not None else 4
+        frozen = frozenset(uid for uid in snap.placed if owner.get(uid) != name)
+        result = reoptimise(snap, core_policy(world, name, settings), max_moves=max_moves, frozen=frozen)
+        moves.extend(result.moves)
+    return tuple(moves)
+
+
+# ------------------------------------------------------------------------------------------- planning
+def plan(world: World, decided: Decided, settings: Settings, now_s: float,
+         moves: Sequence[Move] = (), reported: Mapping[str, str] = {}) -> Plan:
+    """The writes that bring the cluster in line with the world and this cycle's decisions.
+
+    ``reported`` maps gang keys to the last no-fit reason an Event announced (for gangs without a
+    claim to remember it), so an unchanged reason is not announced every cycle.
+    """
+    now_ms = now_s * 1000.0
+    moved = {m.uid: m for m in moves}
+    gang_writes: list[GangWrites] = []
+    for gang in world.gangs:
+        result = decided.results.get(gang.uid)
+        if gang.finished:
+            w = _release(gang.claim, gang, now_s)
+        elif isinstance(result, Decision):
+            w = _place(gang, result, settings, now_s, now_ms)
+        elif isinstance(result, NoFit):
+            w = _no_fit(gang, result.reason, world, now_s, reported)
+        elif gang.placed and gang.claim is not None:
+            w = _follow(gang, gang.claim, moved.get(gang.uid), settings, now_s, now_ms)
+        elif not gang.placed and gang.profile is None and not gang.waiting_for:
+            w = _no_fit(gang, gang.profile_error, world, now_s, reported)
+        else:
+            continue
+        if w:
+            gang_writes.append(w)
+    for claim in world.orphans:
+        if any(g.finished and g.claim is not None and g.claim.key == claim.key for g in world.gangs):
+            continue  # released above with its gang
+        w = _release(claim, None, now_s)
+        if w:
+            gang_writes.append(w)
+    other = _admission_checks_active(world, now_s) + _policy_statuses(world, decided, now_s)
+    pending = sum(1 for g in world.gangs if g.pending and not isinstance(decided.results.get(g.uid), Decision))
+    placed = sum(1 for g in world.gangs if (g.placed and not g.finished) or isinstance(decided.results.get(g.uid),
+                                                                                       Decision))
+    return Plan(tuple(gang_writes), tuple(other), tuple(decided.results.values()), tuple(moves), pending, placed)
+
+
+def _regarding(gang: GangView) -> JSON:
+    if gang.obj is not None:
+        meta = objects.meta(gang.obj)
+        return {"apiVersion": gang.obj.get("apiVersion") or GANG_API_VERSIONS[gang.key.kind], "kind": gang.key.kind,
+                "name": gang.key.name, "namespace": gang.key.namespace, "uid": meta.get("uid", "")}
+    return {"apiVersion": api.API_VERSION, "kind": "STBandwidthClaim", "name": gang.claim_name,
+            "namespace": gang.key.namespace}
+
+
+def _claim_body(gang: GangView) -> JSON:
+    meta: JSON = {"name": gang.claim_name, "namespace": gang.key.namespace, "labels": {api.MANAGED_LABEL: "true"}}
+    if gang.obj is not None and objects.meta(gang.obj).get("uid"):
+        meta["ownerReferences"] = [{
+            "apiVersion": gang.obj.get("apiVersion") or GANG_API_VERSIONS[gang.key.kind], "kind": gang.key.kind,
+            "name": gang.key.name, "uid": objects.meta(gang.obj)["uid"], "blockOwnerDeletion": False,
+            "controller": False}]
+    spec: JSON = {"gangRef": {"apiVersion": GANG_API_VERSIONS[gang.key.kind], "kind": gang.key.kind,
+                              "name": gang.key.name},
+                  "priority": gang.priority}
+    if gang.profile is not None:
+        spec["profile"] = objects.profile_to_spec(gang.profile)
+    if gang.policy:
+        spec["queuePolicy"] = gang.policy
+    return {"apiVersion": api.API_VERSION, "kind": "STBandwidthClaim", "metadata": meta, "spec": spec}
+
+
+def _ensure_claim(gang: GangView) -> tuple[CreateClaim, ...]:
+    if gang.claim is not None or gang.profile is None:  # the CRD requires a profile
+        return ()
+    return (CreateClaim(gang.key.namespace, gang.claim_name, _claim_body(gang)),)
+
+
+def _place(gang: GangView, d: Decision, settings: Settings, now_s: float, now_ms: float) -> GangWrites:
+    epoch = epoch_at_or_before(now_ms, settings)
+    prior = gang.claim.conditions if gang.claim is not None else ()
+    message = (f"{gang.size} members on {len(d.nodes)} node(s) {', '.join(d.nodes)}; offset {d.offset_ms:g} ms of "
+               f"{d.period_ms:g} ms; " + ("feasible" if d.feasible else
+                                          f"predicted overflow {d.overflow_gbps_ms:.3g} Gbps*ms per period"))
+    conds = objects.set_condition(prior, PLACED, "True", PLACED, message, now_s)
+    conds = objects.set_condition(conds, NOFIT, "False", PLACED, "placed", now_s)
+    status: JSON = {
+        "nodes": list(d.nodes), "members": list(d.members), "offsetMs": d.offset_ms, "periodMs": d.period_ms,
+        "epoch": epoch, "links": list(d.links), "predictedOverflowGbpsMs": round(d.overflow_gbps_ms, 6),
+        "feasible": d.feasible, "decidedAt": objects.format_time(now_s), "conditions": conds,
+    }
+    if gang.claim is not None:
+        status["observedGeneration"] = gang.claim.generation
+    rv = gang.claim.resource_version if gang.claim is not None else None
+    claim = ClaimView(namespace=gang.key.namespace, name=gang.claim_name, resource_version=rv or "",
+                      generation=gang.claim.generation if gang.claim else 1, gang_ref=gang.key, ours=True,
+                      profile=gang.profile, priority=gang.priority, queue_policy=gang.policy or None, placed=True,
+                      nodes=d.nodes, members=d.members, offset_ms=d.offset_ms, period_ms=d.period_ms, epoch_ms=epoch,
+                      conditions=tuple(conds), status=status)
+    follow = _follow(gang, claim, None, settings, now_s, now_ms)
+    after: tuple[WorkloadCheck | Event, ...] = follow.after
+    if settings.events:
+        after = after + (Event(_regarding(gang), PLACED, message),)
+    return GangWrites(str(gang.key), _ensure_claim(gang) + (ClaimStatus(gang.key.namespace, gang.claim_name, rv, status),),
+                      follow.pods, after, placed=True)
+
+
+def _follow(gang: GangView, claim: ClaimView, move: Move | None, settings: Settings, now_s: float,
+            now_ms: float) -> GangWrites:
+    """Writes that make a placed gang's pods and Workload agree with its claim (and apply a move)."""
+    writes: list[CreateClaim | ClaimStatus | DeleteClaim] = []
+    after: list[WorkloadCheck | Event] = []
+    offset, period, epoch = claim.offset_ms, claim.period_ms, claim.epoch_ms
+    if move is not None:
+        epoch = epoch_at_or_after(now_ms + settings.reconfigure_lead_ms, settings)
+        offset = math.fmod(move.offset_ms, period) if period > 0 else move.offset_ms
+        note = (f"offset {claim.offset_ms:g} -> {offset:g} ms of {period:g} ms from epoch {epoch} "
+                f"(re-optimisation)")
+        conds = objects.set_condition(claim.conditions, RECONFIGURED, "True", RECONFIGURED, note, now_s)
+        writes.append(ClaimStatus(claim.namespace, claim.name, claim.resource_version,
+                                  {"offsetMs": offset, "epoch": epoch, "conditions": conds}))
+        if settings.events:
+            after.append(Event(_regarding(gang), RECONFIGURED, note))
+    ann = {api.OFFSET_MS: objects.number_text(offset), api.PERIOD_MS: objects.number_text(period),
+           api.EPOCH: str(epoch)}
+    pods = tuple(p for p in (_pod_patch(pod, node, ann) for pod, node in assign(claim, gang.pods)) if p is not None)
+    if gang.check is not None and gang.obj is not None and gang.check.state != "Ready":
+        after.insert(0, _check(gang, "Ready", _ready_message(claim), now_s, ann, claim))
+    return GangWrites(str(gang.key), tuple(writes), pods, tuple(after))
+
+
+def assign(claim: ClaimView, pods: Sequence[PodView]) -> list[tuple[PodView, str | None]]:
+    """Each live pod with the node it is (to be) pinned to; None when the claim has no member slot left.
+
+    Pods already pinned (or bound) keep their node; gated pods take free member slots in the
+    claim's node order, by pod name, so the assignment is the same every time it is computed.
+    """
+    slots = dict(zip(claim.nodes, claim.members))
+    out: list[tuple[PodView, str | None]] = []
+    loose: list[PodView] = []
+    for pod in pods:
+        node = pod.pinned or pod.node_name
+        if node is not None:
+            slots[node] = slots.get(node, 0) - 1
+            out.append((pod, node))
+        else:
+            loose.append(pod)
+    for pod in sorted(loose, key=lambda p: p.name):
+        node = next((n for n in claim.nodes if slots.get(n, 0) > 0), None)
+        if node is not None:
+            slots[node] -= 1
+        out.append((pod, node))
+    return out
+
+
+def _pod_patch(pod: PodView, node: str | None, ann: Mapping[str, str]) -> PodPatch | None:
+    patch: JSON = {}
+    changed = {k: v for k, v in ann.items() if pod.annotations.get(k) != v}
+    if pod.gated and node is None:
+        return None  # no member slot: stays gated (more pods than the gang's size)
+    if changed:
+        patch["metadata"] = {"annotations": changed}
+    spec: JSON = {}
+    if pod.gated:
+        if pod.pinned != node and node is not None and pod.node_name is None:
+            spec["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": objects.pinned_terms(pod.obj, node)}}}
+        rest = [{"name": g} for g in pod.gates if g != api.SCHEDULING_GATE]
+        spec["schedulingGates"] = rest or None
+    if spec:
+        patch["spec"] = spec
+    if not patch:
+        return None
+    return PodPatch(pod.namespace, pod.name, pod.resource_version, patch, ungates=pod.gated)
+
+
+def _ready_message(claim: ClaimView) -> str:
+    return (f"placed by {api.ADMISSION_CHECK_CONTROLLER}: claim {claim.name}, {sum(claim.members)} members on "
+            f"{len(claim.nodes)} node(s), offset {claim.offset_ms:g} ms of {claim.period_ms:g} ms")
+
+
+def _check(gang: GangView, state: str, message: str, now_s: float, ann: Mapping[str, str] | None = None,
+           claim: ClaimView | None = None) -> WorkloadCheck:
+    assert gang.check is not None and gang.obj is not None
+    entry: JSON = {"name": gang.check.name, "state": state, "message": message[:32768],
+                   "lastTransitionTime": objects.format_time(now_s)}
+    if state == "Ready" and ann is not None:
+        entry["podSetUpdates"] = [_pod_set_update(ps, ann, claim) for ps in gang.check.pod_sets]
+    entries = [e for e in gang.check.entries if e.get("name") != gang.check.name] + [entry]
+    return WorkloadCheck(gang.key.namespace, gang.key.name, objects.resource_version(gang.obj), tuple(entries), state)
+
+
+def _pod_set_update(pod_set: Mapping[str, Any], ann: Mapping[str, str], claim: ClaimView | None) -> JSON:
+    """Annotations Kueue will add to the pod set (only keys the template lacks or already agrees with:
+    Kueue refuses updates that change existing keys); a node selector only for a one-node gang."""
+    template = pod_set.get("template") or {}
+    existing = (template.get("metadata") or {}).get("annotations") or {}
+    update: JSON = {"name": pod_set.get("name", "main")}
+    keep = {k: v for k, v in ann.items() if existing.get(k, v) == v}
+    if keep:
+        update["annotations"] = keep
+    selector = (template.get("spec") or {}).get("nodeSelector") or {}
+    if claim is not None and len(claim.nodes) == 1 and "kubernetes.io/hostname" not in selector:
+        update["nodeSelector"] = {"kubernetes.io/hostname": claim.nodes[0]}
+    return update
+
+
+def _no_fit(gang: GangView, reason: str, world: World, now_s: float, reported: Mapping[str, str]) -> GangWrites:
+    category = no_fit_category(reason)
+    prior = gang.claim.conditions if gang.claim is not None else ()
+    conds = objects.set_condition(prior, NOFIT, "True", category, reason, now_s)
+    conds = objects.set_condition(conds, PLACED, "False", "Pending", "waiting for a placement", now_s)
+    claim_writes: list[CreateClaim | ClaimStatus | DeleteClaim] = list(_ensure_claim(gang))
+    if (claim_writes or gang.claim is not None) and (gang.claim is None or not objects.same_conditions(conds, prior)):
+        rv = gang.claim.resource_version if gang.claim is not None else None
+        claim_writes.append(ClaimStatus(gang.key.namespace, gang.claim_name, rv, {"conditions": conds}))
+    after: list[WorkloadCheck | Event] = []
+    old = next((c for c in prior if c.get("type") == NOFIT), None)
+    announced = (old is not None and old.get("message") == reason and old.get("status") == "True") or (
+        reported.get(str(gang.key)) == reason)
+    if not announced:
+        after.append(Event(_regarding(gang), NOFIT, reason, "Warning"))
+    if gang.check is not None and gang.obj is not None:
+        state = "Rejected" if _never_fits(gang, world) else "Retry"
+        if gang.check.state != state or gang.check.message != reason:
+            after.insert(0, _check(gang, state, reason, now_s))
+    return GangWrites(str(gang.key), tuple(claim_writes), (), tuple(after))
+
+
+def no_fit_category(reason: str) -> str:
+    """A short, bounded label for a no-fit reason (metrics and condition reasons)."""
+    text = reason.lower()
+    if text.startswith("insufficient gpus"):
+        return "InsufficientGPUs"
+    if text.startswith("priority protection"):
+        return "PriorityProtection"
+    if "profile" in text:
+        return "NoProfile"
+    return "Other"
+
+
+def _never_fits(gang: GangView, world: World) -> bool:
+    if gang.profile is None:
+        return True
+    try:
+        room = member_room(np.array(world.allocatable, dtype=np.int64), gang.core_gang())
+    except InvalidInput:
+        return True
+    return int(room.sum()) < gang.size
+
+
+def _release(claim: ClaimView | None, gang: GangView | None, now_s: float) -> GangWrites:
+    if claim is None or not claim.placed:
+        return GangWrites(str(gang.key) if gang else "")
+    label = str(gang.key) if gang is not None else f"{claim.namespace}/{claim.name}"
+    if gang is None and claim.ours:
+        return GangWrites(label, (DeleteClaim(claim.namespace, claim.name, claim.resource_version),))
+    why = "the gang finished" if gang is not None else "the gang no longer exists"
+    conds = objects.set_condition(claim.conditions, PLACED, "False", RELEASED, f"links released: {why}", now_s)
+    status = {"nodes": [], "members": [], "links": [], "conditions": conds}
+    return GangWrites(label, (ClaimStatus(claim.namespace, claim.name, claim.resource_version, status),))
+
+
+def _admission_checks_active(world: World, now_s: float) -> list[StatusPatch]:
+    out = []
+    for ac in world.admission_checks:
+        if objects.name(ac) not in world.our_checks or objects.condition_true(ac, "Active"):
+            continue
+        conds = objects.set_condition((ac.get("status") or {}).get("conditions") or [], "Active", "True", "Active",
+                                      f"{api.ADMISSION_CHECK_CONTROLLER} is running", now_s,
+                                      int(objects.meta(ac).get("generation") or 0))
+        out.append(StatusPatch("AdmissionCheck", objects.name(ac), {"conditions": conds}))
+    return out
+
+
+def _policy_statuses(world: World, decided: Decided, now_s: float) -> list[StatusPatch]:
+    out = []
+    for view in world.policies:
+        governed = [g for g in world.gangs if g.policy == view.name and not g.finished]
+        placed = sum(1 for g in governed if g.placed or isinstance(decided.results.get(g.uid), Decision))
+        pending = len(governed) - placed
+        out_status = _policy_status(view, pending, placed, now_s)
+        if out_status is not None:
+            out.append(out_status)
+    return out
+
+
+def _policy_status(view: QueuePolicyView, pending: int, placed: int, now_s: float) -> StatusPatch | None:
+    ready = ("False", "Invalid", view.error) if view.error else ("True", "Valid", "policy in effect")
+    prior = view.status
+    conds = objects.set_condition(prior.get("conditions") or [], "Ready", ready[0], ready[1], ready[2], now_s,
+                                  view.generation)
+    if (prior.get("observedGeneration") == view.generation and prior.get("pendingGangs") == pending
+            and prior.get("placedGangs") == placed and objects.same_conditions(conds, prior.get("conditions") or [])):
+        return None
+    return StatusPatch("QueuePolicy", view.name, {"observedGeneration": view.generation, "pendingGangs": pending,
+                                                  "placedGangs": placed, "conditions": conds})

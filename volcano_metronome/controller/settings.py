@@ -1,0 +1,214 @@
+"""Controller settings: a YAML file (camelCase keys, the Helm chart passes it through) plus flags.
+
+Parsing is strict: an unknown key or a value of the wrong type is an :class:`InvalidInput` that
+names the key, the value and the expected form. Every key and its default is documented in
+docs/controller.md; keep the two in step.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from volcano_metronome.core.errors import InvalidInput
+from volcano_metronome.core.grid import SlotGrid
+
+
+@dataclass(frozen=True)
+class DefaultCapacities:
+    """Capacities used when links come from HyperNodes or node labels rather than STBandwidthCapacity."""
+
+    nic_gbps: float = 100.0
+    tier_gbps: Mapping[int, float] = field(default_factory=lambda: {1: 400.0, 2: 800.0})
+
+    def tier(self, tier: int) -> float:
+        """Capacity of a tier (the highest configured tier's value for tiers beyond it)."""
+        if tier == 0:
+            return self.nic_gbps
+        if tier in self.tier_gbps:
+            return self.tier_gbps[tier]
+        below = [t for t in self.tier_gbps if t < tier]
+        return self.tier_gbps[max(below)] if below else self.nic_gbps
+
+
+@dataclass(frozen=True)
+class LeaderElection:
+    """Lease-based leader election (coordination.k8s.io/v1)."""
+
+    enabled: bool = True
+    lease_name: str = "volcano-metronome-controller"
+    lease_namespace: str = ""  # empty: the controller's namespace
+    lease_duration_s: float = 15.0
+    renew_deadline_s: float = 10.0
+    retry_period_s: float = 2.0
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything the controller is configured with (see docs/controller.md for each key)."""
+
+    slot_ms: float = 5.0
+    max_hyperperiod_ms: float = 25200.0
+    gpu_resource: str = "nvidia.com/gpu"
+    rack_label: str = "metronome.dev/rack"
+    zone_label: str = "topology.kubernetes.io/zone"
+    default_capacities: DefaultCapacities = field(default_factory=DefaultCapacities)
+    resync_s: float = 30.0
+    namespace: str = "volcano-metronome"
+    leader_election: LeaderElection = field(default_factory=LeaderElection)
+    health_port: int = 8081
+    bind_address: str = "0.0.0.0"
+    write_concurrency: int = 16
+    cycle_debounce_ms: float = 20.0
+    reconfigure_lead_ms: float = 10000.0
+    events: bool = True
+    watch_timeout_s: int = 300
+    node_selector: str = ""  # label selector of the nodes the controller places gangs on ("" = all)
+    watch_namespace: str = ""  # the one namespace whose gangs it manages ("" = all namespaces)
+
+    @property
+    def grid(self) -> SlotGrid:
+        """The slot grid every profile is laid on."""
+        return SlotGrid.from_ms(self.slot_ms, self.max_hyperperiod_ms)
+
+    @property
+    def lease_namespace(self) -> str:
+        """Where the Lease lives."""
+        return self.leader_election.lease_namespace or self.namespace
+
+
+_TOP = {
+    "slotMs", "maxHyperperiodMs", "gpuResource", "rackLabel", "zoneLabel", "defaultCapacities", "resyncSeconds",
+    "namespace", "leaderElection", "healthPort", "bindAddress", "writeConcurrency", "cycleDebounceMs",
+    "reconfigureLeadMs", "events", "watchTimeoutSeconds", "nodeSelector",
+    "watchNamespace",
+}
+_LEADER = {"enabled", "leaseName", "leaseNamespace", "leaseDurationSeconds", "renewDeadlineSeconds",
+           "retryPeriodSeconds"}
+_CAPS = {"nicGbps", "tierGbps"}
+
+
+def parse(data: Any, base: Settings | None = None) -> Settings:
+    """Settings from the mapping of a settings file (None or {} gives the defaults)."""
+    base = base or Settings()
+    if data is None:
+        data = {}
+    _keys(data, "settings", _TOP)
+    d = base
+    out: dict[str, Any] = {}
+    if "slotMs" in data:
+        out["slot_ms"] = _number(data["slotMs"], "slotMs", 0.1, 1000.0)
+    if "maxHyperperiodMs" in data:
+        out["max_hyperperiod_ms"] = _number(data["maxHyperperiodMs"], "maxHyperperiodMs", 1.0, 3_600_000.0)
+    for key, attr in (("gpuResource", "gpu_resource"), ("rackLabel", "rack_label"), ("zoneLabel", "zone_label"),
+                      ("namespace", "namespace"), ("bindAddress", "bind_address"), ("nodeSelector", "node_selector"),
+                      ("watchNamespace", "watch_namespace")):
+        if key in data:
+            out[attr] = _string(data[key], key,
+                                allow_empty=key in ("rackLabel", "zoneLabel", "nodeSelector", "watchNamespace"))
+    if "defaultCapacities" in data:
+        out["default_capacities"] = _capacities(data["defaultCapacities"], d.default_capacities)
+    if "resyncSeconds" in data:
+        out["resync_s"] = _number(data["resyncSeconds"], "resyncSeconds", 1.0, 86400.0)
+    if "leaderElection" in data:
+        out["leader_election"] = _leader(data["leaderElection"], d.leader_election)
+    if "healthPort" in data:
+        out["health_port"] = _integer(data["healthPort"], "healthPort", 0, 65535)
+    if "writeConcurrency" in data:
+        out["write_concurrency"] = _integer(data["writeConcurrency"], "writeConcurrency", 1, 256)
+    if "cycleDebounceMs" in data:
+        out["cycle_debounce_ms"] = _number(data["cycleDebounceMs"], "cycleDebounceMs", 0.0, 10000.0)
+    if "reconfigureLeadMs" in data:
+        out["reconfigure_lead_ms"] = _number(data["reconfigureLeadMs"], "reconfigureLeadMs", 0.0, 3_600_000.0)
+    if "events" in data:
+        out["events"] = _bool(data["events"], "events")
+    if "watchTimeoutSeconds" in data:
+        out["watch_timeout_s"] = _integer(data["watchTimeoutSeconds"], "watchTimeoutSeconds", 10, 3600)
+    settings = dataclasses.replace(base, **out)
+    try:
+        settings.grid  # noqa: B018 - validates slotMs against maxHyperperiodMs
+    except InvalidInput as exc:
+        raise InvalidInput("maxHyperperiodMs", settings.max_hyperperiod_ms,
+                           f"a whole number of slots of slotMs={settings.slot_ms:g} ({exc.expected})") from None
+    return settings
+
+
+def _capacities(data: Any, base: DefaultCapacities) -> DefaultCapacities:
+    _keys(data, "defaultCapacities", _CAPS)
+    nic = _number(data["nicGbps"], "defaultCapacities.nicGbps", 1e-3, 1e6) if "nicGbps" in data else base.nic_gbps
+    tiers = dict(base.tier_gbps)
+    if "tierGbps" in data:
+        raw = data["tierGbps"]
+        if not isinstance(raw, Mapping):
+            raise InvalidInput("defaultCapacities.tierGbps", raw, 'a mapping of tier number to Gbps, e.g. {"1": 400}')
+        tiers = {}
+        for k, v in raw.items():
+            where = f"defaultCapacities.tierGbps.{k}"
+            try:
+                tier = int(str(k))
+            except ValueError:
+                raise InvalidInput(where, k, "a tier number >= 1 as the key") from None
+            if tier < 1:
+                raise InvalidInput(where, k, "a tier number >= 1 as the key")
+            tiers[tier] = _number(v, where, 1e-3, 1e6)
+    return DefaultCapacities(nic, tiers)
+
+
+def _leader(data: Any, base: LeaderElection) -> LeaderElection:
+    _keys(data, "leaderElection", _LEADER)
+    out = dataclasses.replace(
+        base,
+        enabled=_bool(data.get("enabled", base.enabled), "leaderElection.enabled"),
+        lease_name=_string(data.get("leaseName", base.lease_name), "leaderElection.leaseName"),
+        lease_namespace=_string(data.get("leaseNamespace", base.lease_namespace), "leaderElection.leaseNamespace",
+                                allow_empty=True),
+        lease_duration_s=_number(data.get("leaseDurationSeconds", base.lease_duration_s),
+                                 "leaderElection.leaseDurationSeconds", 1.0, 3600.0),
+        renew_deadline_s=_number(data.get("renewDeadlineSeconds", base.renew_deadline_s),
+                                 "leaderElection.renewDeadlineSeconds", 0.5, 3600.0),
+        retry_period_s=_number(data.get("retryPeriodSeconds", base.retry_period_s),
+                               "leaderElection.retryPeriodSeconds", 0.1, 600.0),
+    )
+    if not out.retry_period_s < out.renew_deadline_s < out.lease_duration_s:
+        raise InvalidInput("leaderElection", {"leaseDurationSeconds": out.lease_duration_s,
+                                              "renewDeadlineSeconds": out.renew_deadline_s,
+                                              "retryPeriodSeconds": out.retry_period_s},
+                           "retryPeriodSeconds < renewDeadlineSeconds < leaseDurationSeconds")
+    return out
+
+
+def _keys(data: Any, where: str, allowed: set[str]) -> None:
+    if not isinstance(data, Mapping):
+        raise InvalidInput(where, data, f"a mapping with keys among {sorted(allowed)}")
+    unknown = sorted(set(data) - allowed)
+    if unknown:
+        prefix = "" if where == "settings" else f"{where}."
+        raise InvalidInput(f"{prefix}{unknown[0]}", data[unknown[0]], f"one of the keys {sorted(allowed)}")
+
+
+def _number(value: Any, where: str, low: float, high: float) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise InvalidInput(where, value, f"a number in [{low:g}, {high:g}]")
+    if not low <= value <= high:
+        raise InvalidInput(where, value, f"a number in [{low:g}, {high:g}]")
+    return float(value)
+
+
+def _integer(value: Any, where: str, low: int, high: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise InvalidInput(where, value, f"an integer in [{low}, {high}]")
+    return value
+
+
+def _string(value: Any, where: str, allow_empty: bool = False) -> str:
+    if not isinstance(value, str) or (not value and not allow_empty):
+        raise InvalidInput(where, value, "a string" if allow_empty else "a non-empty string")
+    return value
+
+
+def _bool(value: Any, where: str) -> bool:
+    if not isinstance(value, bool):
+        raise InvalidInput(where, value, "true or false")
+    return value

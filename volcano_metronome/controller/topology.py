@@ -1,0 +1,216 @@
+"""The cluster's network as a core :class:`Topology`, from the first source that describes it.
+
+Sources, in order (DESIGN.md): STBandwidthCapacity objects; Volcano HyperNodes, whose tiers get the
+default capacities of the settings; node labels (the configurable rack label is tier 1, the zone
+label tier 2). Every node always gets a NIC (tier 0) link: from a tier-0 STBandwidthCapacity that
+lists it, else the default NIC capacity. A source that cannot be used (overlapping link sets within
+a tier, say) is reported in ``warnings`` and the next one is tried.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, Iterable, Mapping, Sequence
+
+from volcano_metronome.controller import objects
+from volcano_metronome.controller.settings import DefaultCapacities
+from volcano_metronome.core.errors import InvalidInput
+from volcano_metronome.core.topology import DOWN, UP, Link, Topology, duplex
+
+CAPACITIES = "STBandwidthCapacity"
+HYPERNODES = "HyperNode"
+LABELS = "node labels"
+
+
+@dataclass(frozen=True)
+class Network:
+    """The topology, which source it came from, and what could not be used."""
+
+    topology: Topology
+    source: str
+    warnings: tuple[str, ...] = ()
+
+
+def build(nodes: Sequence[Mapping[str, Any]], capacities: Sequence[Mapping[str, Any]],
+          hypernodes: Sequence[Mapping[str, Any]], defaults: DefaultCapacities, rack_label: str,
+          zone_label: str) -> Network:
+    """The network of ``nodes`` (see the module docstring for the order of sources)."""
+    names = tuple(sorted(objects.name(n) for n in nodes))
+    node_labels = {objects.name(n): objects.labels(n) for n in nodes}
+    warnings: list[str] = []
+    nic_links, upper, cap_warn = _from_capacities(capacities, names, node_labels)
+    warnings += cap_warn
+    nics = _nics(names, nic_links, defaults.nic_gbps)
+    if upper:  # NIC-only capacities leave the switch tiers to HyperNodes or labels
+        topo = _try(names, nics + upper, CAPACITIES, warnings)
+        if topo is not None:
+            return Network(topo, CAPACITIES, tuple(warnings))
+    if hypernodes:
+        links, hn_warn = _from_hypernodes(hypernodes, names, node_labels, defaults)
+        warnings += hn_warn
+        topo = _try(names, nics + links, HYPERNODES, warnings)
+        if topo is not None:
+            return Network(topo, HYPERNODES, tuple(warnings))
+    links = _from_labels(names, node_labels, defaults, rack_label, zone_label)
+    topo = _try(names, nics + links, LABELS, warnings)
+    if topo is None:  # overlapping label domains cannot happen, but never fail the cycle over topology
+        topo = Topology(names, tuple(nics))
+    return Network(topo, LABELS, tuple(warnings))
+
+
+def _try(names: tuple[str, ...], links: list[Link], source: str, warnings: list[str]) -> Topology | None:
+    try:
+        return Topology(names, tuple(links))
+    except InvalidInput as exc:
+        warnings.append(f"{source}: {exc}; ignoring this source")
+        return None
+
+
+def _nics(names: Iterable[str], given: Mapping[str, list[Link]], nic_gbps: float) -> list[Link]:
+    out: list[Link] = []
+    for n in names:
+        out.extend(given.get(n) or duplex(f"nic:{n}", nic_gbps, [n], 0))
+    return out
+
+
+def _from_capacities(capacities: Sequence[Mapping[str, Any]], names: tuple[str, ...],
+                     node_labels: Mapping[str, Mapping[str, str]]) -> tuple[dict[str, list[Link]], list[Link], list[str]]:
+    """NIC links per node (tier 0 objects naming exactly one node) and switch links (everything else)."""
+    known = set(names)
+    nic: dict[str, list[Link]] = {}
+    upper: list[Link] = []
+    warnings: list[str] = []
+    for obj in sorted(capacities, key=objects.name):
+        cname = objects.name(obj)
+        spec = obj.get("spec") or {}
+        try:
+            gbps = float(spec.get("capacityGbps", 0))
+            tier = int(spec.get("tier", 0))
+            if not gbps > 0 or tier < 0:
+                raise ValueError
+        except (TypeError, ValueError):
+            warnings.append(f"STBandwidthCapacity {cname}: capacityGbps {spec.get('capacityGbps')!r} / tier "
+                            f"{spec.get('tier')!r} unusable; expected a positive capacity and a tier >= 0")
+            continue
+        members = _capacity_nodes(spec, names, node_labels)
+        stray = sorted(set(spec.get("nodes") or []) - known)
+        if stray:
+            warnings.append(f"STBandwidthCapacity {cname}: nodes {stray} do not exist; ignored")
+        members = [m for m in members if m in known]
+        if not members:
+            continue
+        direction = spec.get("direction", "Both")
+        if direction == "Both":
+            links = list(duplex(f"cap:{cname}", gbps, members, tier))
+        elif direction in ("Up", "Down"):
+            d = UP if direction == "Up" else DOWN
+            links = [Link(f"cap:{cname}:{d}", gbps, frozenset(members), tier, d)]
+        else:
+            warnings.append(f"STBandwidthCapacity {cname}: direction {direction!r}; expected Both, Up or Down")
+            continue
+        if tier == 0 and len(members) == 1:
+            nic.setdefault(members[0], []).extend(links)
+        else:
+            upper.extend(links)
+    return nic, upper, warnings
+
+
+def _capacity_nodes(spec: Mapping[str, Any], names: Sequence[str],
+                    node_labels: Mapping[str, Mapping[str, str]]) -> list[str]:
+    listed = spec.get("nodes")
+    if listed:
+        return [str(n) for n in listed]
+    selector = spec.get("nodeSelector")
+    if not isinstance(selector, Mapping) or not selector:
+        return []
+    return [n for n in names if selector_matches(selector, node_labels.get(n, {}))]
+
+
+def selector_matches(selector: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
+    """A metav1.LabelSelector ({matchLabels, matchExpressions}) or a plain label map, against labels."""
+    if "matchLabels" not in selector and "matchExpressions" not in selector:
+        return all(labels.get(k) == v for k, v in selector.items())
+    if any(labels.get(k) != v for k, v in (selector.get("matchLabels") or {}).items()):
+        return False
+    for expr in selector.get("matchExpressions") or []:
+        key, op, values = expr.get("key"), expr.get("operator"), expr.get("values") or []
+        present = key in labels
+        if op == "In" and not (present and labels[key] in values):
+            return False
+        if op == "NotIn" and present and labels[key] in values:
+            return False
+        if op == "Exists" and not present:
+            return False
+        if op == "DoesNotExist" and present:
+            return False
+    return True
+
+
+def _from_hypernodes(hypernodes: Sequence[Mapping[str, Any]], names: tuple[str, ...],
+                     node_labels: Mapping[str, Mapping[str, str]],
+                     defaults: DefaultCapacities) -> tuple[list[Link], list[str]]:
+    by_name = {objects.name(h): h for h in hypernodes}
+    warnings: list[str] = []
+    resolved: dict[str, frozenset[str]] = {}
+
+    def nodes_of(hn: str, trail: tuple[str, ...]) -> frozenset[str]:
+        if hn in resolved:
+            return resolved[hn]
+        if hn in trail:
+            warnings.append(f"HyperNode {hn}: member cycle {' -> '.join(trail + (hn,))}; ignored")
+            return frozenset()
+        out: set[str] = set()
+        for member in (by_name[hn].get("spec") or {}).get("members") or []:
+            selector = member.get("selector") or {}
+            if member.get("type") == "HyperNode":
+                for child in _select(selector, sorted(by_name), {}):
+                    out |= nodes_of(child, trail + (hn,))
+            else:
+                out |= set(_select(selector, names, node_labels))
+        resolved[hn] = frozenset(out)
+        return resolved[hn]
+
+    links: list[Link] = []
+    for hn in sorted(by_name):
+        tier = int((by_name[hn].get("spec") or {}).get("tier") or 0)
+        members = nodes_of(hn, ())
+        if tier < 1 or not members:
+            continue
+        links.extend(duplex(f"hypernode:{hn}", defaults.tier(tier), members, tier))
+    return links, warnings
+
+
+def _select(selector: Mapping[str, Any], candidates: Sequence[str],
+            node_labels: Mapping[str, Mapping[str, str]]) -> list[str]:
+    if "exactMatch" in selector:
+        want = (selector.get("exactMatch") or {}).get("name")
+        return [c for c in candidates if c == want]
+    if "regexMatch" in selector:
+        pattern = (selector.get("regexMatch") or {}).get("pattern") or ""
+        try:
+            rx = re.compile(pattern)
+        except re.error:
+            return []
+        return [c for c in candidates if rx.match(c)]
+    if "labelMatch" in selector:
+        return [c for c in candidates if selector_matches(selector.get("labelMatch") or {}, node_labels.get(c, {}))]
+    return []
+
+
+def _from_labels(names: tuple[str, ...], node_labels: Mapping[str, Mapping[str, str]], defaults: DefaultCapacities,
+                 rack_label: str, zone_label: str) -> list[Link]:
+    links: list[Link] = []
+    for tier, label, prefix in ((1, rack_label, "rack"), (2, zone_label, "zone")):
+        if not label:
+            continue
+        groups: dict[str, list[str]] = {}
+        for n in names:
+            value = node_labels.get(n, {}).get(label)
+            if value:
+                groups.setdefault(value, []).append(n)
+        if tier == 2 and len(groups) <= 1:
+            continue  # a single zone adds a link no gang ever crosses
+        for value in sorted(groups):
+            links.extend(duplex(f"{prefix}:{value}", defaults.tier(tier), groups[value], tier))
+    return links
