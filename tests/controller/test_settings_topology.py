@@ -81,6 +81,13 @@ def test_topology_from_labels_capacities_and_hypernodes() -> None:
     assert "cap:up-b:up" in links and "cap:up-b:down" not in links
     assert any("ghost" in w for w in net.warnings)
 
+    shared_spec = [{"metadata": {"name": "gpu-nics"}, "spec": {"capacityGbps": 400, "tier": 0, "nodes": ["n0", "n1"]}}]
+    links = {lk.name: lk for lk in topology.build(nodes, shared_spec, [], caps, "metronome.dev/rack", "zone")
+             .topology.links}
+    # A tier-0 object describes one NIC per node it names, not one link the nodes share.
+    assert links["cap:gpu-nics:n0:up"].nodes == frozenset({"n0"}) and links["cap:gpu-nics:n0:up"].capacity_gbps == 400
+    assert links["cap:gpu-nics:n1:down"].nodes == frozenset({"n1"}) and "nic:n0:up" not in links
+
     hns = [{"metadata": {"name": "s0"}, "spec": {"tier": 1, "members": [
                {"type": "Node", "selector": {"regexMatch": {"pattern": "n[0-3]$"}}}]}},
            {"metadata": {"name": "s1"}, "spec": {"tier": 1, "members": [

@@ -76,7 +76,7 @@ def _nics(names: Iterable[str], given: Mapping[str, list[Link]], nic_gbps: float
 
 def _from_capacities(capacities: Sequence[Mapping[str, Any]], names: tuple[str, ...],
                      node_labels: Mapping[str, Mapping[str, str]]) -> tuple[dict[str, list[Link]], list[Link], list[str]]:
-    """NIC links per node (tier 0 objects naming exactly one node) and switch links (everything else)."""
+    """NIC links per node (tier-0 objects: one NIC per node they name) and switch links (higher tiers)."""
     known = set(names)
     nic: dict[str, list[Link]] = {}
     upper: list[Link] = []
@@ -101,19 +101,24 @@ def _from_capacities(capacities: Sequence[Mapping[str, Any]], names: tuple[str, 
         if not members:
             continue
         direction = spec.get("direction", "Both")
-        if direction == "Both":
-            links = list(duplex(f"cap:{cname}", gbps, members, tier))
-        elif direction in ("Up", "Down"):
-            d = UP if direction == "Up" else DOWN
-            links = [Link(f"cap:{cname}:{d}", gbps, frozenset(members), tier, d)]
-        else:
+        if direction not in ("Both", "Up", "Down"):
             warnings.append(f"STBandwidthCapacity {cname}: direction {direction!r}; expected Both, Up or Down")
             continue
-        if tier == 0 and len(members) == 1:
-            nic.setdefault(members[0], []).extend(links)
+        if tier == 0:
+            # Tier 0 describes NICs: one link of this capacity per node it names (CRD semantics).
+            for node in members:
+                suffix = f"{cname}:{node}" if len(members) > 1 else cname
+                nic.setdefault(node, []).extend(_directed(f"cap:{suffix}", gbps, [node], 0, direction))
         else:
-            upper.extend(links)
+            upper.extend(_directed(f"cap:{cname}", gbps, members, tier, direction))
     return nic, upper, warnings
+
+
+def _directed(name: str, gbps: float, members: Sequence[str], tier: int, direction: str) -> list[Link]:
+    if direction == "Both":
+        return list(duplex(name, gbps, members, tier))
+    d = UP if direction == "Up" else DOWN
+    return [Link(f"{name}:{d}", gbps, frozenset(members), tier, d)]
 
 
 def _capacity_nodes(spec: Mapping[str, Any], names: Sequence[str],
