@@ -1,0 +1,104 @@
+"""The Flask app: ``/mutate`` (AdmissionReview in and out), ``/healthz``, ``/readyz``, ``/metrics``.
+
+The admission decision is the pure ``volcano_metronome.admission.decide``; this module only reads
+the body, maps the outcome to HTTP, counts and logs. A body that is not an AdmissionReview gets a
+400 with a JSON message, a body over 3 MiB a 413, and nothing a client sends can produce a 5xx:
+should the logic itself fail, the request is answered in-band (controller objects pass with a
+warning, others are denied with code 500 in the review) and the fault is logged.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from typing import Any, Callable
+
+from flask import Flask, Response, request
+from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
+
+from volcano_metronome.admission import Context, decide, fault, parse_request
+from volcano_metronome.core.errors import InvalidInput
+from webhooks import metrics
+
+MAX_BODY_BYTES = 3 * 1024 * 1024  # API server objects are at most 1.5 MiB; a review may carry two
+JSON_TYPE = "application/json"
+
+log = logging.getLogger("volcano_metronome.webhook")
+
+
+def create_app(context: Callable[[], Context], ready: Callable[[], bool] = lambda: True) -> Flask:
+    """The WSGI app; ``context()`` gives the admission context per request, ``ready()`` backs ``/readyz``."""
+    app = Flask("volcano_metronome.webhook")
+    app.config["MAX_CONTENT_LENGTH"] = MAX_BODY_BYTES
+
+    @app.post("/mutate")
+    def mutate() -> Response:
+        started = time.perf_counter()
+        kind = "other"
+        try:
+            body = _body()
+            try:
+                parsed = parse_request(json.loads(body))
+            except (ValueError, RecursionError, InvalidInput) as exc:
+                metrics.requests(kind, "bad_request").inc()
+                return _json({"error": f"not an admission.k8s.io/v1 AdmissionReview: {_reason(exc)}"}, 400)
+            kind = parsed.label
+            try:
+                result = decide(parsed, context())
+                verdict = result.verdict
+            except Exception as exc:  # noqa: BLE001 - a fault of ours must not become a 500 loop at the API server
+                log.exception("admission failed for %s uid=%s", kind, parsed.uid)
+                result, verdict = fault(parsed, f"{type(exc).__name__}: {exc}"), "error"
+            metrics.requests(kind, verdict).inc()
+            return Response(json.dumps(result.review, separators=(",", ":")), 200, content_type=JSON_TYPE)
+        finally:
+            metrics.latency(kind).observe(time.perf_counter() - started)
+
+    @app.get("/healthz")
+    def healthz() -> Response:
+        return Response("ok\n", 200, content_type="text/plain")
+
+    @app.get("/readyz")
+    def readyz() -> Response:
+        if ready():
+            return Response("ok\n", 200, content_type="text/plain")
+        return Response("caches not synced\n", 503, content_type="text/plain")
+
+    @app.get("/metrics")
+    def metrics_endpoint() -> Response:
+        data, content_type = metrics.exposition()
+        return Response(data, 200, content_type=content_type)
+
+    @app.errorhandler(HTTPException)
+    def http_error(exc: HTTPException) -> Response:
+        if exc.code == 413:
+            metrics.requests("other", "bad_request").inc()
+            return _json({"error": f"request body larger than {MAX_BODY_BYTES} bytes"}, 413)
+        return _json({"error": exc.description or exc.name}, exc.code or 400)
+
+    return app
+
+
+def _body() -> bytes:
+    """The request body, read straight from the server's input when its length is declared (werkzeug's
+    stream wrappers cost more than the admission decision); chunked bodies go through werkzeug, which
+    enforces the limit while reading."""
+    length = request.content_length
+    if length is None:
+        return request.get_data(cache=False)
+    if length > MAX_BODY_BYTES:
+        raise RequestEntityTooLarge()
+    data: bytes = request.environ["wsgi.input"].read(length)
+    return data
+
+
+def _json(document: Any, status: int) -> Response:
+    return Response(json.dumps(document), status, content_type=JSON_TYPE)
+
+
+def _reason(exc: Exception) -> str:
+    if isinstance(exc, RecursionError):
+        return "JSON nested too deeply"
+    text = str(exc)
+    return text if len(text) <= 300 else text[:297] + "..."
