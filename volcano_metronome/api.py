@@ -54,4 +54,5 @@ ENV_EPOCH = "METRONOME_EPOCH"
 VOLCANO_GROUP_NAME = "scheduling.k8s.io/group-name"  # pod annotation naming its Volcano PodGroup
 KUEUE_QUEUE_NAME = "kueue.x-k8s.io/queue-name"  # label on jobs submitted to Kueue
 KUEUE_POD_GROUP_NAME = "kueue.x-k8s.io/pod-group-name"  # label on pods of a Kueue plain-pod group
+KUEUE_POD_GROUP_TOTAL_COUNT = "kueue.x-k8s.io/pod-group-total-count"  # annotation: pods in that group
 KUEUE_TOPOLOGY_GATE = "kueue.x-k8s.io/topology"

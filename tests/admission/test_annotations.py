@@ -67,7 +67,9 @@ def test_claim_alone():
     ({api.JITTER_MS: "1"}, api.JITTER_MS, api.PERIOD_MS),
     ({api.PERIOD_MS: "100", api.WINDOWS: "not json"}, api.WINDOWS, '"start_ms"'),
     ({api.PERIOD_MS: "100", api.WINDOWS: '{"start_ms": 1}'}, api.WINDOWS, '"start_ms"'),
-    ({api.PERIOD_MS: "100", api.WINDOWS: "[]"}, api.WINDOWS, "non-empty"),
+    ({api.PERIOD_MS: "100", api.WINDOWS: "[]"}, api.WINDOWS, "1 to 32 windows"),
+    ({api.PERIOD_MS: "3300", api.WINDOWS: json.dumps([{"start_ms": 100 * i, "len_ms": 10, "gbps": 1}
+                                                      for i in range(33)])}, api.WINDOWS, "1 to 32 windows"),
     ({api.PERIOD_MS: "100", api.WINDOWS: '[{"start_ms": 0, "len_ms": 200, "gbps": 1}]'}, api.WINDOWS + "[0].len_ms",
      "period_ms=100"),
     ({api.PERIOD_MS: "100", api.WINDOWS: '[{"start_ms": 0, "len_ms": 10, "gbps": 1, "x": 1}]'}, api.WINDOWS + "[0].x",

@@ -28,7 +28,7 @@ def test_profile_round_trips_through_its_mapping_form():
 @pytest.mark.parametrize("data, field, expected", [
     ({"windows": [{"start_ms": 0, "len_ms": 1, "gbps": 1}]}, "profile.period_ms", "a finite number"),
     ({"period_ms": "200", "windows": []}, "profile.period_ms", "a finite number"),
-    ({"period_ms": 200, "windows": []}, "profile.windows", "non-empty list"),
+    ({"period_ms": 200, "windows": []}, "profile.windows", "1 to 32 windows"),
     ({"period_ms": 200, "windows": [{"start_ms": 150, "len_ms": 100, "gbps": 1}]}, "profile.windows[0].len_ms",
      "start_ms + len_ms <= period_ms=200"),
     ({"period_ms": 200, "windows": [{"start_ms": 0, "len_ms": 10, "gbps": 0}]}, "profile.windows[0].gbps",
@@ -41,6 +41,9 @@ def test_profile_round_trips_through_its_mapping_form():
     ({"period_ms": 200, "windows": [{"start_ms": 0, "len_ms": 10, "gbps": 1}], "jitter_ms": 200},
      "profile.jitter_ms", "[0, period_ms=200)"),
     ({"period_ms": float("nan"), "windows": []}, "profile.period_ms", "a finite number"),
+    ({"period_ms": 10**400, "windows": []}, "profile.period_ms", "a finite number"),
+    ({"period_ms": 3300, "windows": [{"start_ms": 100 * i, "len_ms": 10, "gbps": 1} for i in range(33)]},
+     "profile.windows", "1 to 32 windows"),
 ])
 def test_malformed_profiles_name_the_field_value_and_expected_form(data, field, expected):
     with pytest.raises(InvalidInput) as err:

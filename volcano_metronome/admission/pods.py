@@ -36,8 +36,6 @@ from volcano_metronome.admission.patches import Op, ensure_all_in_list, ensure_i
 from volcano_metronome.admission.resolve import Context, Place, Resolved, resolve
 from volcano_metronome.core.errors import InvalidInput
 
-# Kueue's count of pods in a plain-pod group (read, never written). TODO(lead): move to api.py.
-KUEUE_POD_GROUP_TOTAL_COUNT = "kueue.x-k8s.io/pod-group-total-count"
 
 ENV_SOURCES = ((api.ENV_PERIOD_MS, api.PERIOD_MS), (api.ENV_OFFSET_MS, api.OFFSET_MS), (api.ENV_EPOCH, api.EPOCH))
 
@@ -129,5 +127,5 @@ def _profile(pod: Mapping[str, Any], annotations: Mapping[str, Any], gang: GangR
     queue = string_or_none(labels_at(pod).get(api.KUEUE_QUEUE_NAME)) if plain_pods else None
     resolved = resolve([Place("", annotations)], namespace=namespace, queue=queue, ctx=ctx, defaults=plain_pods)
     if plain_pods and size is None:
-        size = inherited_size(annotations, KUEUE_POD_GROUP_TOTAL_COUNT)
+        size = inherited_size(annotations, api.KUEUE_POD_GROUP_TOTAL_COUNT)
     return resolved, size

@@ -12,6 +12,8 @@ from volcano_metronome.core.errors import InvalidInput
 MAX_GBPS = 1600.0
 #: Longest period accepted before grid snapping (the grid may cap it further).
 MAX_PERIOD_MS = 3_600_000.0
+#: Most windows per period (the STBandwidthClaim CRD's maxItems, which bounds its CEL cost).
+MAX_WINDOWS = 32
 
 
 @dataclass(frozen=True)
@@ -71,8 +73,9 @@ class Profile:
         if not 0.0 < period <= MAX_PERIOD_MS:
             raise InvalidInput(f"{field}.period_ms", period, f"a number in (0, {MAX_PERIOD_MS:.0f}]")
         raw_windows = data.get("windows")
-        if not isinstance(raw_windows, list) or not raw_windows:
-            raise InvalidInput(f"{field}.windows", raw_windows, "a non-empty list of {start_ms, len_ms, gbps}")
+        if not isinstance(raw_windows, list) or not raw_windows or len(raw_windows) > MAX_WINDOWS:
+            raise InvalidInput(f"{field}.windows", raw_windows,
+                               f"a list of 1 to {MAX_WINDOWS} windows {{start_ms, len_ms, gbps}}")
         windows = tuple(window_from_mapping(w, f"{field}.windows[{i}]") for i, w in enumerate(raw_windows))
         jitter = number(data.get("jitter_ms", 0.0), f"{field}.jitter_ms")
         return cls(period_ms=period, windows=_sorted_checked(windows, period, field), jitter_ms=jitter)
@@ -103,9 +106,15 @@ def window_from_mapping(data: Any, field: str) -> Window:
 
 def number(value: Any, field: str) -> float:
     """A finite real number (bools and strings are refused: YAML and JSON both type numbers)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise InvalidInput(field, value, "a finite number")
-    return float(value)
+    try:
+        result = float(value)
+    except OverflowError:  # an integer too large for a float
+        raise InvalidInput(field, value, "a finite number") from None
+    if not math.isfinite(result):
+        raise InvalidInput(field, value, "a finite number")
+    return result
 
 
 def validate(profile: Profile) -> None:
@@ -114,8 +123,8 @@ def validate(profile: Profile) -> None:
         raise InvalidInput("profile.period_ms", profile.period_ms, f"a number in (0, {MAX_PERIOD_MS:.0f}]")
     if not 0.0 <= profile.jitter_ms < profile.period_ms:
         raise InvalidInput("profile.jitter_ms", profile.jitter_ms, f"a number in [0, period_ms={profile.period_ms:g})")
-    if not profile.windows:
-        raise InvalidInput("profile.windows", [], "at least one window")
+    if not 1 <= len(profile.windows) <= MAX_WINDOWS:
+        raise InvalidInput("profile.windows", len(profile.windows), f"1 to {MAX_WINDOWS} windows")
     _sorted_checked(profile.windows, profile.period_ms, "profile")
     if tuple(sorted(profile.windows, key=lambda w: w.start_ms)) != profile.windows:
         raise InvalidInput("profile.windows", [w.start_ms for w in profile.windows], "windows sorted by start_ms")
