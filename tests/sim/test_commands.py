@@ -1,0 +1,97 @@
+"""The commands: simulate, scenarios, demo, plan on built-in names, and --catalog files."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+
+import pytest
+
+from volcano_metronome.cli import main
+
+CATALOG = """
+tiny-model:
+  period_ms: 100
+  windows: [{start_ms: 50, len_ms: 50, fraction: 1.0}]
+  derivation: "a test model"
+"""
+
+SCENARIO = """
+name: uses-tiny
+topology: {racks: 1, nodes_per_rack: 2, gpus_per_node: 4, nic_gbps: 100}
+jobs:
+  - {name: a, model: tiny-model, workers: 2, gpus_per_worker: 3, iterations: 20}
+  - {name: b, model: tiny-model, workers: 2, gpus_per_worker: 1, iterations: 20}
+"""
+
+
+def test_scenarios_lists_the_built_in_ones(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["scenarios"]) == 0
+    out = capsys.readouterr().out
+    for name in ("sanity-2jobs", "testbed-24", "cluster-256", "scale-1k"):
+        assert name in out
+    assert main(["scenarios", "--show", "sanity-2jobs"]) == 0
+    assert "name: sanity-2jobs" in capsys.readouterr().out
+
+
+def test_simulate_prints_the_table_and_writes_json_and_plots(tmp_path: pathlib.Path,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    report = tmp_path / "out" / "report.json"
+    code = main(["simulate", "sanity-2jobs", "--json", str(report), "--plot", str(tmp_path / "plots")])
+    assert code == 0
+    captured = capsys.readouterr()
+    assert "vs default" in captured.out and "avg JCT" in captured.out
+    assert "jobs done" in captured.err  # progress
+    doc = json.loads(report.read_text())
+    assert set(doc) >= {"scenario", "seeds", "policies", "gains"}
+    fields = {"jobs", "completed", "avg_jct_s", "p50_jct_s", "p99_jct_s", "avg_slowdown", "avg_queue_s",
+              "bottleneck_utilization", "avg_link_utilization", "makespan_s", "by_priority", "decision_ms_p50",
+              "decision_ms_p99"}
+    assert all(fields <= set(f) for f in doc["policies"].values())
+    assert set(doc["gains"]["metronome_vs_default"]) == {"avg_jct_reduction_pct", "p99_jct_reduction_pct",
+                                                         "bottleneck_utilization_gain_pct"}
+    for png in ("jct_cdf.png", "busiest_link.png", "tdm_circle.png"):
+        assert (tmp_path / "plots" / png).read_bytes()[:4] == b"\x89PNG"
+
+
+def test_simulate_json_to_stdout_with_chosen_policies(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["simulate", "sanity-2jobs", "--policies", "metronome,default", "--json", "-", "--quiet"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert list(doc["policies"]) == ["metronome", "default"]
+    assert doc["gains"]["metronome_vs_default"]["avg_jct_reduction_pct"] == pytest.approx(33.2, abs=0.2)
+
+
+def test_a_catalog_file_adds_models_for_simulate_and_plan(tmp_path: pathlib.Path,
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "catalog.yaml").write_text(CATALOG)
+    (tmp_path / "scenario.yaml").write_text(SCENARIO)
+    assert main(["simulate", str(tmp_path / "scenario.yaml"), "--policies", "metronome", "--quiet",
+                 "--catalog", str(tmp_path / "catalog.yaml")]) == 0
+    assert "metronome" in capsys.readouterr().out
+    assert main(["simulate", str(tmp_path / "scenario.yaml"), "--quiet"]) == 2
+    assert "jobs[0].model: got 'tiny-model', expected a catalog model" in capsys.readouterr().err
+
+
+def test_plan_resolves_built_in_scenarios(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["plan", "sanity-2jobs"]) == 0
+    out = capsys.readouterr().out
+    assert "placed" in out and " 100 " in out  # b interleaved 100 ms after a
+
+
+def test_demo_writes_report_and_plots(tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["demo", "--scenario", "sanity-2jobs", "--out", str(tmp_path / "r"), "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert "policy" in out and (tmp_path / "r" / "report.json").exists()
+    assert {p.name for p in (tmp_path / "r").glob("*.png")} == {"jct_cdf.png", "busiest_link.png", "tdm_circle.png"}
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["simulate", "no-such-scenario"], "cannot read no-such-scenario: no such file, and no built-in scenario"),
+    (["simulate", "sanity-2jobs", "--policies", "kube"], "--policies: got 'kube', expected one of default"),
+    (["simulate", "sanity-2jobs", "--seeds", "0"], "--seeds: got 0, expected an integer >= 1"),
+    (["scenarios", "--show", "nope"], "--show: got 'nope', expected one of"),
+])
+def test_bad_arguments_exit_2_with_a_clear_message(argv: list[str], message: str,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(argv + ["--quiet"] if argv[0] == "simulate" else argv) == 2
+    assert message in capsys.readouterr().err

@@ -1,0 +1,129 @@
+"""Max-min fair sharing: the vectorised solver against a textbook one, and conservation of bytes."""
+
+from __future__ import annotations
+
+from unittest.mock import patch
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from volcano_metronome.core.topology import leaf_spine
+from volcano_metronome.core.traffic import loaded_links
+from volcano_metronome.sim import fluid
+from volcano_metronome.sim.fluid import Fluid, max_min, mirror_of
+from volcano_metronome.sim.kernel import Kernel
+
+
+def reference_max_min(cap: list[float], paths: list[list[int]], link_cap: list[float]) -> list[float]:
+    """Progressive filling, one flow at a time, in plain loops: obviously correct, slow."""
+    rate = [0.0] * len(cap)
+    frozen = [False] * len(cap)
+    while not all(frozen):
+        room = []
+        for link, capacity in enumerate(link_cap):
+            users = [f for f in range(len(cap)) if link in paths[f] and not frozen[f]]
+            if users:
+                used = sum(rate[f] for f in range(len(cap)) if link in paths[f] and frozen[f])
+                room.append(((capacity - used) / len(users), link))
+        level = min([r for r, _ in room] + [cap[f] for f in range(len(cap)) if not frozen[f]])
+        for f in range(len(cap)):
+            if frozen[f]:
+                continue
+            on_full = any(link in paths[f] and r <= level + 1e-9 for r, link in room)
+            if cap[f] <= level + 1e-9 or on_full:
+                rate[f] = min(cap[f], level)
+                frozen[f] = True
+    return rate
+
+
+@st.composite
+def problems(draw: st.DrawFn) -> tuple[list[float], list[list[int]], list[float]]:
+    links = draw(st.integers(1, 6))
+    flows = draw(st.integers(1, 7))
+    link_cap = [float(draw(st.sampled_from([50, 100, 200, 400]))) for _ in range(links)]
+    paths = [sorted(draw(st.sets(st.integers(0, links - 1), min_size=1, max_size=links))) for _ in range(flows)]
+    cap = [float(draw(st.sampled_from([20, 40, 80, 100, 160, 1000]))) for _ in range(flows)]
+    return cap, paths, link_cap
+
+
+def _incidence(paths: list[list[int]], links: int) -> np.ndarray:
+    inc = np.zeros((len(paths), links))
+    for f, path in enumerate(paths):
+        inc[f, path] = 1.0
+    return inc
+
+
+@settings(max_examples=300, deadline=None)
+@given(problems(), st.booleans())
+def test_vectorised_max_min_equals_the_textbook_one(problem: tuple[list[float], list[list[int]], list[float]],
+                                                    sparse: bool) -> None:
+    cap, paths, link_cap = problem
+    with patch.object(fluid, "DENSE_CELLS", 0 if sparse else fluid.DENSE_CELLS):
+        fast = max_min(np.array(cap), _incidence(paths, len(link_cap)), np.array(link_cap))
+    assert fast == pytest.approx(reference_max_min(cap, paths, link_cap), rel=1e-9, abs=1e-9)
+
+
+@settings(max_examples=200, deadline=None)
+@given(problems())
+def test_max_min_is_feasible_and_every_flow_has_a_bottleneck(problem: tuple[list[float], list[list[int]], list[float]]) -> None:
+    cap, paths, link_cap = problem
+    inc = _incidence(paths, len(link_cap))
+    rate = max_min(np.array(cap), inc, np.array(link_cap))
+    load = rate @ inc
+    assert (load <= np.array(link_cap) * (1 + 1e-9)).all()
+    for f in range(len(cap)):
+        at_cap = rate[f] >= cap[f] * (1 - 1e-9)
+        # A bottleneck: a saturated link on which no flow gets more than f.
+        bottleneck = any(load[l] >= link_cap[l] * (1 - 1e-9) and rate[f] >= rate[inc[:, l] > 0].max() * (1 - 1e-9)
+                         for l in paths[f])
+        assert at_cap or bottleneck
+
+
+def test_duplex_directions_are_solved_as_one_link() -> None:
+    topo = leaf_spine(2, 2, 100.0, 100.0)
+    canon = mirror_of(topo)
+    for i, link in enumerate(topo.links):
+        partner = topo.links[canon[i]]
+        assert partner.nodes == link.nodes and partner.tier == link.tier
+    assert len(set(canon.tolist())) == len(topo.links) // 2
+
+
+def test_bytes_carried_equal_bytes_demanded_on_every_link() -> None:
+    topo = leaf_spine(2, 3, 100.0, 150.0)
+    kernel = Kernel()
+    net = Fluid(kernel, topo)
+    rng = np.random.default_rng(7)
+    finished: list[int] = []
+    expected = np.zeros(len(topo.links))
+    for i in range(60):
+        nodes = rng.choice(len(topo.nodes), size=int(rng.integers(2, 5)), replace=False)
+        links, _ = loaded_links(topo, nodes)
+        volume = float(rng.uniform(0.5, 20.0))
+        rate = float(rng.choice([40.0, 80.0, 100.0]))
+        expected[links] += volume
+        route = net.route(links)
+        kernel.at(float(rng.uniform(0, 2.0)), net.start, route, rate, volume, lambda i=i: finished.append(i))
+    kernel.run()
+    assert sorted(finished) == list(range(60))
+    assert net.carried() == pytest.approx(expected, rel=1e-9, abs=1e-9)
+    assert net.demanded == pytest.approx(expected)
+    assert net.in_flight == 0 and (net.link_rate == pytest.approx(0.0, abs=1e-9))
+
+
+def test_a_burst_alone_runs_at_its_rate_and_two_share_a_link_fairly() -> None:
+    topo = leaf_spine(1, 2, 100.0)
+    kernel = Kernel()
+    net = Fluid(kernel, topo)
+    links, _ = loaded_links(topo, np.array([0, 1]))
+    route = net.route(links)
+    ends: dict[str, float] = {}
+    net.start(route, 80.0, 8.0, lambda: ends.__setitem__("alone", kernel.now))
+    kernel.run()
+    assert ends["alone"] == pytest.approx(0.1)  # 8 Gb at 80 Gbps
+    kernel.at(1.0, net.start, route, 100.0, 10.0, lambda: ends.__setitem__("a", kernel.now))
+    kernel.at(1.0, net.start, route, 100.0, 5.0, lambda: ends.__setitem__("b", kernel.now))
+    kernel.run()
+    # Both at 50 Gbps until b has moved its 5 Gb (0.1 s), then a alone at 100 Gbps for its last 5 Gb.
+    assert ends["b"] == pytest.approx(1.1) and ends["a"] == pytest.approx(1.15)

@@ -1,0 +1,144 @@
+"""Each baseline does what it models, at its strongest; metronome drives the real core."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from volcano_metronome.core.profile import Profile, Window
+from volcano_metronome.scenario import JobSpec, parse
+from volcano_metronome.sim.policies import Context, SimPolicy, make, parse_names
+from volcano_metronome.core.errors import InvalidInput
+
+PROFILE = Profile(200.0, (Window(100.0, 50.0, 80.0),), 0.0)
+
+
+def ctx(racks: int = 2, nodes: int = 4, gpus: int = 4, nic: float = 100.0, uplink: float = 200.0) -> Context:
+    data = {"name": "t", "topology": {"racks": racks, "nodes_per_rack": nodes, "gpus_per_node": gpus,
+                                      "nic_gbps": nic, "uplink_gbps": uplink},
+            "jobs": [{"name": "x", "workers": 1, "profile": PROFILE.to_dict()}]}
+    scenario = parse(data)
+    return Context(scenario, scenario.topology.build(), seed=0)
+
+
+def job(name: str, workers: int, gpus: int = 1, priority: int = 0, arrival: float = 0.0,
+        profile: Profile = PROFILE) -> JobSpec:
+    return JobSpec(name, arrival, workers, gpus, 10, priority, profile)
+
+
+def placed(policy: SimPolicy, *jobs: JobSpec) -> dict[str, tuple[list[int], list[int], float | None]]:
+    return {p.uid: (p.nodes.tolist(), p.members.tolist(), p.offset_ms) for p in policy.schedule(0.0, list(jobs))}
+
+
+def test_default_spreads_members_over_the_least_allocated_nodes() -> None:
+    policy = make("default", ctx())
+    out = placed(policy, job("a", 6))
+    nodes, members, offset = out["a"]
+    assert len(nodes) == 6 and members == [1] * 6 and offset is None
+
+
+def test_volcano_topology_packs_into_one_node_then_one_rack_binpacked() -> None:
+    policy = make("volcano-topology", ctx())
+    out = placed(policy, job("one-node", 3), job("one-rack", 6))
+    assert out["one-node"][0] == [0] and out["one-node"][1] == [3]
+    # Binpack: the fuller rack (rack 0, where one-node sits) and its fullest node (the 1 GPU left) first.
+    nodes, members, _ = out["one-rack"]
+    assert nodes == [0, 1, 2] and members == [1, 4, 1]
+
+
+def test_volcano_topology_spans_the_fewest_racks_when_no_rack_fits() -> None:
+    policy = make("volcano-topology", ctx())
+    nodes, members, _ = placed(policy, job("big", 20))["big"]
+    assert sum(members) == 20 and len(nodes) == 5
+
+
+def test_exclusive_admits_only_when_the_peak_fits_every_link_else_waits() -> None:
+    policy = make("exclusive", ctx(racks=1, nodes=2, gpus=4))
+    assert placed(policy, job("a", 2, gpus=3))["a"][0] == [0, 1]
+    # c fits only across both nodes (1 GPU left on each), whose NICs hold a's 80 Gbps: 80 + 80 > 100.
+    assert placed(policy, job("c", 2, gpus=1)) == {}
+    # A gang that fits on one node loads no link and is admitted.
+    policy.release(1.0, "a")
+    assert placed(policy, job("c", 2, gpus=1)) == {"c": ([0], [2], None)}
+
+
+def test_queue_orders_priority_for_the_production_baselines_and_fifo_for_cassini() -> None:
+    small = ctx(racks=1, nodes=1, gpus=4)
+    low, high = job("low", 4, arrival=0.0), job("high", 4, priority=10, arrival=1.0)
+    assert list(placed(make("volcano-topology", small), low, high)) == ["high"]
+    assert list(placed(make("cassini", ctx(racks=1, nodes=1, gpus=4)), low, high)) == ["low"]
+
+
+def test_cassini_rotates_the_second_gang_into_the_first_ones_gap() -> None:
+    policy = make("cassini", ctx(racks=1, nodes=2, gpus=4))
+    a = placed(policy, job("a", 2, gpus=3))["a"]
+    b = placed(policy, job("b", 2, gpus=1))["b"]
+    assert a[0] == b[0] == [0, 1]
+    # Windows of 50 ms in 200 ms at 80 of 100 Gbps: b must not overlap a's window.
+    assert b[2] is not None and (b[2] - a[2]) % 200 >= 50 and (a[2] - b[2]) % 200 >= 50
+
+
+def test_cassini_discards_candidates_whose_affinity_graph_loops(monkeypatch: pytest.MonkeyPatch) -> None:
+    from volcano_metronome.sim.policies import cassini
+
+    proposals = {"a": [[0, 1]], "b": [[1, 2]], "g": [[0, 2], [2, 3]], "h": [[0, 3]]}
+
+    def lowest_tier(free: np.ndarray, rack: np.ndarray, spec: JobSpec) -> list[tuple[np.ndarray, np.ndarray]]:
+        return [(np.array(nodes), np.ones(len(nodes), dtype=np.int64)) for nodes in proposals[spec.name]]
+
+    monkeypatch.setattr(cassini, "lowest_tier", lowest_tier)
+    policy = make("cassini", ctx(racks=1, nodes=4, gpus=4))
+    placed(policy, job("a", 2))
+    placed(policy, job("b", 2))  # shares node 1's NIC with a: one component {a, b}
+    # g on nodes 0 and 2 would meet that component twice (a on NIC 0, b on NIC 2): a loop, discarded.
+    assert placed(policy, job("g", 2))["g"][0] == [2, 3]
+    assert policy.counts["discarded_loops"] == 1  # type: ignore[attr-defined]
+    # h on nodes 0 and 3 meets a on NIC 0 and g on NIC 3, again one component: only candidate, taken anyway.
+    assert placed(policy, job("h", 2))["h"][0] == [0, 3]
+    assert policy.counts["looped_all"] == 1  # type: ignore[attr-defined]
+
+
+def test_cassini_keeps_a_gang_joining_two_components_clear_of_both() -> None:
+    policy = make("cassini", ctx(racks=1, nodes=4, gpus=4))
+    a = placed(policy, job("a", 2, gpus=3))["a"]  # nodes 0, 1
+    b = placed(policy, job("b", 2, gpus=3))["b"]  # nodes 2, 3
+    assert a[0] == [0, 1] and b[0] == [2, 3] and a[2] == b[2] == 0.0
+    # c needs nodes 1 and 2 (1 GPU left on each node): it meets a on NIC 1 and b on NIC 2, two components.
+    c = placed(policy, job("c", 4, gpus=1))["c"]
+    moved = dict(policy.shifts())
+    offsets = {"a": moved.get("a", a[2]), "b": moved.get("b", b[2]), "c": c[2]}
+    for other in ("a", "b"):
+        gap = (offsets["c"] - offsets[other]) % 200  # type: ignore[operator]
+        assert 50 <= gap <= 150, (other, offsets)
+
+
+def placed_nodes(policy: SimPolicy, uid: str) -> list[int]:
+    return policy.snapshot.placed[uid].nodes.tolist()  # type: ignore[attr-defined, no-any-return]
+
+
+def test_metronome_decides_with_the_core_and_times_each_decision() -> None:
+    policy = make("metronome", ctx(racks=1, nodes=2, gpus=4))
+    a = placed(policy, job("a", 2, gpus=3))["a"]
+    b = placed(policy, job("b", 2, gpus=1))["b"]
+    assert a[0] == b[0] == [0, 1] and a[2] is not None and b[2] is not None
+    assert (b[2] - a[2]) % 200 >= 50 and (a[2] - b[2]) % 200 >= 50
+    assert len(policy.stats.decision_ms) == 2 and all(ms > 0 for ms in policy.stats.decision_ms)
+    policy.finish()
+    assert policy.stats.extra["link_sharing_decisions"] == 1
+    assert policy.stats.extra["zero_overflow_fraction"] == 1.0
+    policy.release(1.0, "a")
+    assert "a" not in policy.snapshot.placed  # type: ignore[attr-defined]
+
+
+def test_a_gang_on_one_node_gets_no_offset_under_phased_policies() -> None:
+    for name in ("metronome", "cassini"):
+        out = placed(make(name, ctx()), job("tiny", 2))
+        assert out["tiny"][0] == [0] and out["tiny"][2] is None
+
+
+def test_policy_names_are_checked() -> None:
+    assert parse_names("metronome, default,metronome") == ["metronome", "default"]
+    with pytest.raises(InvalidInput, match=r"^--policies: got 'kube', expected one of default, volcano-topology"):
+        parse_names("kube")
+    with pytest.raises(InvalidInput, match=r"^policy: got 'x', expected one of"):
+        make("x", ctx())

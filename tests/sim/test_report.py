@@ -1,0 +1,64 @@
+"""The report's definitions, on hand-made runs whose figures are known."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+from volcano_metronome.core.profile import Profile, Window
+from volcano_metronome.scenario import JobSpec
+from volcano_metronome.sim.engine import JobRun, RunResult
+from volcano_metronome.sim.report import bottleneck_links, compare, figures, gains, utilisation_series
+
+
+def job(name: str, arrival: float, start: float, end: float, priority: int = 0) -> JobRun:
+    run = JobRun(JobSpec(name, arrival, 2, 1, 10, priority, Profile(100.0, (Window(50.0, 50.0, 10.0),))), 0, 0)
+    run.start_s, run.end_s, run.isolated_s = start, end, 1.0
+    return run
+
+
+def result(jobs: list[JobRun], carried: list[float], occupied: list[float], policy: str = "p") -> RunResult:
+    links = len(carried)
+    return RunResult(
+        scenario="s", policy=policy, seed=0, jobs=jobs, capacity=np.full(links, 10.0), carried=np.array(carried),
+        demanded=np.array(carried), occupied_s=np.array(occupied), sample_times=np.array([0.0, 1.0, 2.0]),
+        samples=np.array([[0.0] * links, [5.0] + [0.0] * (links - 1), [15.0] + [0.0] * (links - 1)]),
+        link_names=tuple(f"l{i}" for i in range(links)), decision_ms=[1.0, 2.0, 3.0], extra={})
+
+
+def test_job_figures_and_utilisations() -> None:
+    jobs = [job("a", 0.0, 0.0, 2.0, priority=5), job("b", 1.0, 2.0, 4.0)]
+    run = result(jobs, carried=[15.0, 5.0] + [0.0] * 38, occupied=[3.0, 5.0] + [0.0] * 38)
+    f = figures(run)
+    assert f["avg_jct_s"] == 2.5 and f["avg_queue_s"] == 0.5 and f["avg_slowdown"] == 2.5
+    assert f["p99_jct_s"] == pytest.approx(2.99)
+    # 5% of 40 links = 2 bottleneck links: 20 Gb over 10 Gbps x (3 + 5) s.
+    assert list(bottleneck_links(run)) == [0, 1]
+    assert f["bottleneck_utilization"] == pytest.approx(20 / 80)
+    assert f["avg_link_utilization"] == pytest.approx(20 / 80)
+    assert f["by_priority"]["5"]["avg_jct_s"] == 2.0 and f["by_priority"]["0"]["avg_queue_s"] == 1.0
+    assert f["makespan_s"] == 4.0 and f["decision_ms_p50"] == 2.0
+    times, util = utilisation_series(run, 0)
+    assert times.tolist() == [0.5, 1.5] and util.tolist() == [0.5, 1.0]
+
+
+def test_gains_and_medians_over_seeds() -> None:
+    def fig(avg: float, p99: float, util: float) -> dict[str, Any]:
+        return {"avg_jct_s": avg, "p99_jct_s": p99, "bottleneck_utilization": util}
+
+    g = gains({"metronome": fig(75.0, 50.0, 0.6), "default": fig(100.0, 100.0, 0.5)})
+    assert g == {"metronome_vs_default": {"avg_jct_reduction_pct": 25.0, "p99_jct_reduction_pct": 50.0,
+                                          "bottleneck_utilization_gain_pct": 20.0}}
+
+    def run(policy: str, end: float) -> RunResult:
+        return result([job("a", 0.0, 0.0, end)], [1.0] * 20, [1.0] * 20, policy)
+
+    report = compare("s", [0, 1, 2], {"metronome": [run("metronome", e) for e in (1.0, 2.0, 9.0)],
+                                      "default": [run("default", e) for e in (2.0, 2.0, 3.0)]})
+    assert report["policies"]["metronome"]["avg_jct_s"] == 2.0  # median of 1, 2, 9
+    # Gains are medians of the per-seed gains (50%, 0%, -200%).
+    assert report["gains"]["metronome_vs_default"]["avg_jct_reduction_pct"] == 0.0
+    assert [s["seed"] for s in report["per_seed"]] == [0, 1, 2]
+    assert report["targets"]["metronome_vs_default.avg_jct_reduction_pct"]["met"] is False

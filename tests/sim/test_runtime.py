@@ -1,0 +1,105 @@
+"""The runtime helper: bursts start no earlier than epoch + offset + window start + k P."""
+
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+import numpy as np
+import pytest
+
+from volcano_metronome.core.profile import Profile, Window
+from volcano_metronome.scenario import JobSpec
+from volcano_metronome.sim.engine import Engine, JobRun
+from volcano_metronome.sim.policies import Context, Placement, SimPolicy
+from volcano_metronome.sim.workload import SimScenario
+
+
+class Pinned(SimPolicy):
+    """Places every job on nodes 0 and 1 at a fixed offset; can shift one job once."""
+
+    name = "pinned"
+    aligned = True
+
+    def __init__(self, ctx: Context, offsets: dict[str, float], shift: tuple[str, float] | None = None) -> None:
+        super().__init__(ctx)
+        self.offsets = offsets
+        self.pending_shift = shift
+        self.cycles = 0
+
+    def schedule(self, now: float, pending: Sequence[JobSpec]) -> list[Placement]:
+        self.cycles += 1
+        return [Placement(j.name, np.array([0, 1]), np.array([1, 1]), self.offsets[j.name], 200.0) for j in pending]
+
+    def shifts(self) -> list[tuple[str, float]]:
+        # The shift is published at the second scheduling cycle (the second job's arrival).
+        if self.cycles < 2 or self.pending_shift is None:
+            return []
+        out, self.pending_shift = [self.pending_shift], None
+        return out
+
+
+def job(name: str, arrival: float = 0.0, iterations: int = 10, jitter: float = 0.0) -> JobSpec:
+    profile = Profile(200.0, (Window(100.0, 50.0, 40.0),), jitter)
+    return JobSpec(name, arrival, 2, 1, iterations, 0, profile)
+
+
+def run(sanity: SimScenario, jobs: list[JobSpec], offsets: dict[str, float],
+        shift: tuple[str, float] | None = None) -> dict[str, JobRun]:
+    topology = sanity.scenario.topology.build()
+    policy = Pinned(Context(sanity.scenario, topology, 0), offsets, shift)
+    result = Engine(sanity, jobs, policy).run()
+    return {j.spec.name: j for j in result.jobs}
+
+
+def test_an_early_burst_pads_to_its_slot(sanity: SimScenario) -> None:
+    done = run(sanity, [job("a")], {"a": 50.0})["a"]
+    # Ready at 100 ms; its slot is 50 + 100 = 150 ms; then every 200 ms; the last burst ends at
+    # 150 + 9 x 200 + 50 ms and the 50 ms of compute after it follow.
+    assert done.end_s == pytest.approx(0.150 + 9 * 0.2 + 0.05 + 0.05)
+    assert done.comm_s == pytest.approx(10 * 0.05)
+
+
+def test_the_grid_is_absolute_a_late_arrival_waits_for_the_next_slot(sanity: SimScenario) -> None:
+    done = run(sanity, [job("a", arrival=0.33)], {"a": 0.0})["a"]
+    # Ready at 0.43 s; slots at 0.1 + k 0.2: the first at or after 0.43 s is 0.5 s.
+    assert done.end_s == pytest.approx(0.5 + 9 * 0.2 + 0.1)
+
+
+def test_jitter_is_absorbed_by_padding_on_the_grid(sanity: SimScenario) -> None:
+    done = run(sanity, [job("a", jitter=20.0)], {"a": 0.0})["a"]
+    # Compute before the burst is 80..100 ms, always padded to the 100 ms slot: same as no jitter.
+    assert done.end_s == pytest.approx(10 * 0.2)
+
+
+def test_unaligned_jitter_shortens_iterations_by_up_to_the_jitter(sanity: SimScenario) -> None:
+    engine = Engine(sanity, [job("a", jitter=20.0)], "default")
+    result = engine.run()
+    (a,) = result.jobs
+    assert 10 * 0.18 < a.end_s < 10 * 0.2
+    assert a.end_s == pytest.approx(a.isolated_s)
+
+
+def test_a_late_burst_goes_at_once_and_the_next_iteration_realigns(sanity: SimScenario) -> None:
+    spec = job("a")
+    j = JobRun(spec, 0, 0)
+    j.aligned, j.offset_s, j.grid_period_s = True, 0.0, 0.2
+    base = 0.1  # offset + window start
+    assert Engine._target(None, j, 0.1) == pytest.approx(base)  # type: ignore[arg-type]
+    # Next iteration ready 30 ms late: the target stays on the grid (it will go at once).
+    assert Engine._target(None, j, 0.33) == pytest.approx(base + 0.2)  # type: ignore[arg-type]
+    # The one after is ready early again: it pads to its own slot, the lateness is gone.
+    assert Engine._target(None, j, 0.45) == pytest.approx(base + 0.4)  # type: ignore[arg-type]
+    # More than a whole period behind: the missed slots are dropped (late by less than P).
+    assert Engine._target(None, j, 1.05) == pytest.approx(base + 0.8)  # type: ignore[arg-type]
+
+
+def test_a_new_offset_reanchors_the_helper_on_the_new_grid(sanity: SimScenario) -> None:
+    done = run(sanity, [job("a", iterations=3), job("b", arrival=0.05, iterations=3)], {"a": 0.0, "b": 0.0},
+               shift=("a", 120.0))
+    a = done["a"]
+    # a is shifted to 120 ms at 0.05 s, when b arrives, before its first burst: ready at 0.1 s, it pads
+    # to the new grid 0.12 + 0.1 + k 0.2 = 0.22 s, then 0.42 and 0.62 s; ends 0.67 + 0.05 of compute.
+    # Without the shift it would have ended at 0.6 s.
+    assert a.end_s == pytest.approx(0.72)
+    assert not math.isnan(done["b"].end_s)

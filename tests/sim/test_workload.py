@@ -1,0 +1,89 @@
+"""Scenario parsing for the simulator: generated workloads, and errors that name field, value, expected."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+
+from volcano_metronome.core.errors import InvalidInput
+from volcano_metronome.sim.workload import parse_sim
+
+BASE: dict[str, Any] = {
+    "name": "t",
+    "topology": {"racks": 2, "nodes_per_rack": 2, "gpus_per_node": 4, "nic_gbps": 100, "uplink_gbps": 100},
+    "generate": {
+        "count": 30, "seed": 3, "arrival": {"process": "poisson", "rate_per_min": 60},
+        "mix": {"resnet50": 2, "bert-base": 1}, "workers": [2, 4], "iterations": [10, 20],
+        "priorities": {10: 1, 0: 3},
+    },
+}
+
+
+def with_(path: str, value: Any) -> dict[str, Any]:
+    data = copy.deepcopy(BASE)
+    *parents, last = path.split(".")
+    node = data
+    for key in parents:
+        node = node[key]
+    node[last] = value
+    return data
+
+
+def test_generated_jobs_follow_the_spec_and_are_seeded() -> None:
+    sim = parse_sim(BASE)
+    jobs = sim.jobs(0)
+    assert len(jobs) == 30
+    assert jobs[0].arrival_s == 0.0 and all(a.arrival_s <= b.arrival_s for a, b in zip(jobs, jobs[1:]))
+    assert {j.model for j in jobs} <= {"resnet50", "bert-base"}
+    assert {j.workers for j in jobs} <= {2, 4} and all(10 <= j.iterations <= 20 for j in jobs)
+    assert {j.priority for j in jobs} <= {0, 10}
+    # Rates come from the catalog at the topology's NIC line rate.
+    resnet = next(j for j in jobs if j.model == "resnet50")
+    assert resnet.profile.peak_gbps == pytest.approx(80.0)
+    assert sim.jobs(0) == jobs and sim.jobs(1) != jobs
+    # Poisson at 60/min: the mean gap is about a second.
+    gaps = [b.arrival_s - a.arrival_s for a, b in zip(jobs, jobs[1:])]
+    assert 0.4 < sum(gaps) / len(gaps) < 2.5
+
+
+def test_explicit_jobs_are_kept_beside_generated_ones() -> None:
+    data = with_("jobs", [{"name": "mine", "model": "vgg11", "workers": 2, "arrival_s": 5}])
+    names = [j.name for j in parse_sim(data).jobs(0)]
+    assert "mine" in names and len(names) == 31
+
+
+def test_a_scenario_with_neither_jobs_nor_generate_is_refused() -> None:
+    data = copy.deepcopy(BASE)
+    del data["generate"]
+    with pytest.raises(InvalidInput, match=r"^jobs: got \[\], expected a non-empty list"):
+        parse_sim(data)
+
+
+@pytest.mark.parametrize(("path", "value", "message"), [
+    ("generate.count", 0, r"^generate.count: got 0, expected an integer >= 1"),
+    ("generate.arrival.process", "bursty", r"^generate.arrival.process: got 'bursty', expected one of poisson"),
+    ("generate.arrival.rate_per_min", -1, r"^generate.arrival.rate_per_min: got -1, expected a number > 0"),
+    ("generate.mix", {"resnet51": 1}, r"^generate.mix.resnet51: got 'resnet51', expected a catalog model, one of"),
+    ("generate.mix", {"resnet50": 0}, r"^generate.mix.resnet50: got 0, expected a weight > 0"),
+    ("generate.mix", [], r"^generate.mix: got \[\], expected a non-empty mapping of choice to weight"),
+    ("generate.workers", [2, 17], r"^generate.workers.17.workers: got 17, expected a gang that fits the cluster's 16 GPUs"),
+    ("generate.gpus_per_worker", 8, r"^generate.workers.2.gpus_per_worker: got 8, expected at most the 4 GPUs of one node"),
+    ("generate.iterations", [20, 10], r"^generate.iterations\[1\]: got 10, expected an integer >= 20"),
+    ("generate.iterations", 5, r"^generate.iterations: got 5, expected a range \[min, max\]"),
+    ("generate.priorities", {"high": 1}, r"^generate.priorities.high: got 'high', expected an integer choice"),
+    ("generate.speed", 1, r"^generate.speed: got 1, expected one of \["),
+    ("seeds", 0, r"^seeds: got 0, expected an integer >= 1"),
+    ("description", 5, r"^description: got 5, expected a string"),
+    ("colour", "red", r"^colour: got 'red', expected one of the scenario keys \["),
+])
+def test_validator_errors_name_field_value_and_expected_form(path: str, value: Any, message: str) -> None:
+    with pytest.raises(InvalidInput, match=message):
+        parse_sim(with_(path, value))
+
+
+def test_explicit_job_that_no_cluster_could_hold_is_refused() -> None:
+    data = with_("jobs", [{"name": "huge", "model": "vgg11", "workers": 9, "gpus_per_worker": 2}])
+    with pytest.raises(InvalidInput, match=r"^jobs\[0\].workers: got 9, expected a gang that fits the cluster's 16 GPUs"):
+        parse_sim(data)

@@ -1,0 +1,133 @@
+"""Built-in catalog entries. MODELLED, NOT MEASURED: every number is derived below from public facts.
+
+Common assumptions (unless an entry says otherwise): data-parallel training with ring all-reduce of
+fp32 gradients (4 B per parameter); the all-reduce moves ``2 (n-1)/n`` times the gradient bytes
+through every worker's NIC, taken at n = 8 (factor 1.75); the reference NIC is 100 Gbps and NCCL
+reaches 80% of it, so a window lasts ``volume / 80 Gbps``. For P million parameters that is
+P x 4 B x 8 b x 1.75 = 0.056 P Gb, i.e. **0.7 ms per million parameters** at 80 Gbps. Compute is
+forward + backward FLOPs (3x the forward for CNNs, 6 x parameters x tokens for transformers) at a
+stated sustained rate of an A100-class GPU: 10 TFLOPS for fp32 CNNs, 25 TFLOPS for mixed-precision
+transformers. The period is compute + communication rounded up to the next period of the default
+slot grid (5 ms slots, 25.2 s hyperperiod cap; the runtime pads the difference), and the all-reduce
+closes the iteration (gradients are reduced after the backward pass). Jitter is about 1% of the
+period. Rates are fractions of line rate: on another NIC the windows keep their length and scale
+their rate (see ``CatalogEntry.profile``).
+"""
+
+from __future__ import annotations
+
+from volcano_metronome.catalog import CatalogEntry, ModelWindow
+
+#: Fraction of line rate a ring all-reduce reaches; all-to-all and pipeline sends reach less.
+ALLREDUCE = 0.8
+ALLTOALL = 0.6
+P2P = 0.5
+
+
+def _allreduce_last(name: str, period_ms: float, len_ms: float, jitter_ms: float, derivation: str) -> CatalogEntry:
+    return CatalogEntry(name, period_ms, (ModelWindow(period_ms - len_ms, len_ms, ALLREDUCE),), jitter_ms, derivation)
+
+
+VGG11 = _allreduce_last("vgg11", 240.0, 94.0, 2.0, (
+    "132.9 M parameters -> 0.7 ms/M x 132.9 = 93 ms, rounded up to 94 ms of all-reduce at 80 Gbps. "
+    "Compute: 7.6 GFLOP forward x 3 = 22.8 GFLOP per image, batch 64 per GPU = 1.46 TFLOP at 10 TFLOPS "
+    "= 146 ms. Period 146 + 94 = 240 ms (on the grid)."))
+
+VGG16 = _allreduce_last("vgg16", 400.0, 97.0, 4.0, (
+    "138.4 M parameters -> 97 ms of all-reduce at 80 Gbps. Compute: 15.5 GFLOP forward x 3 = 46.5 GFLOP "
+    "per image, batch 64 = 2.98 TFLOP at 10 TFLOPS = 298 ms. 298 + 97 = 395 ms, rounded up to 400 ms."))
+
+VGG19 = _allreduce_last("vgg19", 400.0, 101.0, 4.0, (
+    "143.7 M parameters -> 101 ms of all-reduce at 80 Gbps. Compute: 19.6 GFLOP forward x 3 = 58.8 GFLOP "
+    "per image, batch 48 = 2.82 TFLOP at 10 TFLOPS = 282 ms. 282 + 101 = 383 ms, rounded up to 400 ms."))
+
+RESNET50 = CatalogEntry(
+    name="resnet50",
+    period_ms=200.0,
+    windows=(ModelWindow(start_ms=176.0, len_ms=24.0, fraction=ALLREDUCE),),
+    jitter_ms=2.0,
+    derivation=(
+        "25.6 M parameters x 4 B = 102 MB of gradients; ring all-reduce at n = 8 moves 1.75 x 102 MB = "
+        "179 MB = 1.43 Gb per worker; at 80% of a 100 Gbps line (80 Gbps) that takes 18 ms, rounded up to "
+        "24 ms for protocol overhead. Compute (forward + backward, batch 256 per GPU) ~176 ms, so one "
+        "iteration is ~200 ms with the all-reduce at its end."
+    ),
+)
+
+WIDERESNET101 = _allreduce_last("wideresnet101", 315.0, 89.0, 3.0, (
+    "Wide ResNet-101-2: 126.9 M parameters -> 89 ms of all-reduce at 80 Gbps. Compute: 22.8 GFLOP forward "
+    "x 3 = 68.4 GFLOP per image, batch 32 = 2.19 TFLOP at 10 TFLOPS = 219 ms. 219 + 89 = 308 ms, rounded "
+    "up to 315 ms."))
+
+BERT_BASE = _allreduce_last("bert-base", 200.0, 77.0, 2.0, (
+    "110 M parameters -> 77 ms of all-reduce at 80 Gbps. Compute: 6 x 110 M x (32 sequences x 128 tokens) "
+    "= 2.70 TFLOP at 25 TFLOPS = 108 ms. 108 + 77 = 185 ms, rounded up to 200 ms."))
+
+ROBERTA_BASE = _allreduce_last("roberta-base", 350.0, 88.0, 4.0, (
+    "125 M parameters -> 87.5 ms, rounded up to 88 ms of all-reduce at 80 Gbps. Compute: 6 x 125 M x "
+    "(16 sequences x 512 tokens) = 6.14 TFLOP at 25 TFLOPS = 246 ms. 246 + 88 = 334 ms, rounded up to 350 ms."))
+
+XLM = _allreduce_last("xlm", 1200.0, 466.0, 12.0, (
+    "XLM (MLM, English, 2048 hidden, 12 layers): 12 layers x 12 x 2048^2 = 604 M + 61 M embeddings "
+    "(30 k x 2048) = 665 M parameters -> 466 ms of all-reduce at 80 Gbps. Compute: 6 x 665 M x "
+    "(16 sequences x 256 tokens) = 16.3 TFLOP at 25 TFLOPS = 654 ms. 654 + 466 = 1120 ms, rounded up to "
+    "1200 ms."))
+
+CAMEMBERT = _allreduce_last("camembert", 300.0, 77.0, 3.0, (
+    "CamemBERT-base: 110 M parameters -> 77 ms of all-reduce at 80 Gbps. Compute: 6 x 110 M x "
+    "(16 sequences x 512 tokens) = 5.41 TFLOP at 25 TFLOPS = 216 ms. 216 + 77 = 293 ms, rounded up to 300 ms."))
+
+GPT1 = _allreduce_last("gpt1", 315.0, 82.0, 3.0, (
+    "117 M parameters -> 82 ms of all-reduce at 80 Gbps. Compute: 6 x 117 M x (16 sequences x 512 tokens) "
+    "= 5.75 TFLOP at 25 TFLOPS = 230 ms. 230 + 82 = 312 ms, rounded up to 315 ms."))
+
+GPT2 = _allreduce_last("gpt2", 1050.0, 249.0, 10.0, (
+    "GPT-2 medium: 355 M parameters -> 249 ms of all-reduce at 80 Gbps. Compute: 6 x 355 M x "
+    "(8 sequences x 1024 tokens) = 17.4 TFLOP at 25 TFLOPS = 698 ms. 698 + 249 = 947 ms, rounded up to "
+    "1050 ms."))
+
+GPT3 = CatalogEntry(
+    name="gpt3",
+    period_ms=280.0,
+    windows=(
+        ModelWindow(start_ms=60.0, len_ms=14.0, fraction=P2P),
+        ModelWindow(start_ms=150.0, len_ms=14.0, fraction=P2P),
+        ModelWindow(start_ms=220.0, len_ms=60.0, fraction=ALLREDUCE),
+    ),
+    jitter_ms=3.0,
+    derivation=(
+        "GPT-3 2.7B in hybrid parallelism: tensor parallel 8 inside a node (NVLink, no NIC traffic), "
+        "pipeline parallel 2 across nodes, data parallel across replicas, bf16 gradients, 8 micro-batches of "
+        "one 2048-token sequence. Pipeline sends: activations of 2048 x 2560 x 2 B = 10.5 MB per micro-batch, "
+        "x 8 = 84 MB = 671 Mb forward and as much backward, at 50% of line rate (50 Gbps) = 14 ms each. "
+        "Data-parallel all-reduce of a stage's shard: 2.7 B / 16 GPUs = 169 M parameters x 2 B x 1.75 = "
+        "591 MB = 4.73 Gb at 80 Gbps = 59 ms, rounded up to 60 ms. Compute: 6 x 2.7 B x 16 k tokens = "
+        "265 TFLOP over 16 GPUs at 125 TFLOPS (40% of bf16 peak) = 133 ms, plus the pipeline bubble "
+        "((2 - 1) / 8 = 12.5%) and the sends' compute gaps = 192 ms. Windows: forward sends at 60 ms, "
+        "backward sends at 150 ms, all-reduce at 220 ms; period 280 ms."
+    ),
+)
+
+DLRM = CatalogEntry(
+    name="dlrm",
+    period_ms=100.0,
+    windows=(
+        ModelWindow(start_ms=10.0, len_ms=13.0, fraction=ALLTOALL),
+        ModelWindow(start_ms=55.0, len_ms=13.0, fraction=ALLTOALL),
+        ModelWindow(start_ms=90.0, len_ms=2.0, fraction=ALLREDUCE),
+    ),
+    jitter_ms=1.0,
+    derivation=(
+        "DLRM (MLPerf Criteo 1TB configuration: 26 sparse features, embedding dimension 128, model-parallel "
+        "embeddings, data-parallel MLPs of about 2.6 M parameters), global batch 65,536 over 8 GPUs = 8,192 "
+        "samples per GPU. Embedding all-to-all: 8,192 x 26 x 128 x 4 B = 109 MB per GPU, of which 7/8 leaves "
+        "the GPU = 95 MB = 0.76 Gb, at 60% of line rate (60 Gbps) = 12.7 ms, rounded up to 13 ms; once "
+        "forward (after a 10 ms embedding lookup) and once backward (after 32 ms of interaction and MLP "
+        "forward + backward). MLP all-reduce: 2.6 M x 4 B x 1.75 = 18 MB = 0.15 Gb at 80 Gbps = 2 ms, then "
+        "8 ms of optimizer step. Period 100 ms."
+    ),
+)
+
+MODELS: tuple[CatalogEntry, ...] = (
+    VGG11, VGG16, VGG19, RESNET50, WIDERESNET101, BERT_BASE, ROBERTA_BASE, XLM, CAMEMBERT, GPT1, GPT2, GPT3, DLRM,
+)

@@ -1,0 +1,321 @@
+"""One run: one workload, one policy, one seed, on the fluid network.
+
+Jobs and the runtime helper
+    A job's iteration is its profile: compute gaps and communication windows (a window of ``len`` ms
+    at ``gbps`` is a volume of ``len x gbps`` to move at up to ``gbps``). Jitter: each iteration's
+    longest compute gap is shortened by ``jitter x (1 - u)``, ``u ~ U(0, 1)`` seeded per job and
+    iteration, so an iteration alone lasts between ``period - jitter`` and ``period`` (the profile's
+    period is the longest iteration, which is what a runtime can hold). Windows of a gang that loads
+    links become flows on the fluid network; contention stretches them, and with them the iteration.
+
+    Phased policies publish to each gang a snapped period ``P``, an offset and an epoch (0 here).
+    The runtime helper starts the communication of window ``w`` of the gang's ``m``-th grid
+    iteration no earlier than ``epoch + offset + start_w + m P``: early, it pads; late (contention),
+    it goes at once, and the next iteration aims at grid iteration ``m + 1`` again, so lateness is
+    absorbed by the next early arrival instead of shifting the schedule. A gang more than a whole
+    period late drops the slots it missed. A new offset (re-optimisation, CASSINI's shifts) makes
+    the helper re-anchor at the next iteration: it pads to the first slot of the new grid.
+
+Gangs that load no link (one node) never touch the network: their end is computed in one step.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from volcano_metronome.core.traffic import loaded_links
+from volcano_metronome.scenario import JobSpec
+from volcano_metronome.sim.fluid import Fluid
+from volcano_metronome.sim.kernel import SAMPLING, SCHEDULING, Kernel
+from volcano_metronome.sim.policies import Context, SimPolicy, make
+from volcano_metronome.sim.workload import SimScenario
+
+#: Utilisation samples kept per run; past this, samples are thinned and the interval doubled.
+MAX_SAMPLES = 2000
+_EPS = 1e-9
+
+
+class JobRun:
+    """A job's life in one run (mutable, engine-private)."""
+
+    __slots__ = ("spec", "index", "starts", "lens", "gbps", "volumes", "gaps", "jitter_gap", "jitter_s", "u",
+                 "period_s", "start_s", "end_s", "nodes", "members", "links", "route", "aligned", "offset_s",
+                 "grid_period_s", "grid", "realign", "iteration", "window", "comm_s", "comm_ideal_s",
+                 "comm_started", "isolated_s", "padded_s")
+
+    def __init__(self, spec: JobSpec, index: int, seed: int) -> None:
+        profile = spec.profile
+        self.spec = spec
+        self.index = index
+        ws = profile.windows
+        self.starts = [w.start_ms / 1000.0 for w in ws]
+        self.lens = [w.len_ms / 1000.0 for w in ws]
+        self.gbps = [w.gbps for w in ws]
+        self.volumes = [w.len_ms / 1000.0 * w.gbps for w in ws]
+        ends = [0.0] + [s + n for s, n in zip(self.starts, self.lens)]
+        self.period_s = profile.period_ms / 1000.0
+        # gaps[w] = compute before window w; gaps[-1] = compute after the last window.
+        self.gaps = [s - e for s, e in zip(self.starts, ends[:-1])] + [self.period_s - ends[-1]]
+        self.jitter_gap = int(np.argmax(self.gaps))
+        self.jitter_s = min(profile.jitter_ms / 1000.0, self.gaps[self.jitter_gap])
+        self.u: list[float] = np.random.default_rng([seed, index]).random(spec.iterations).tolist()
+        self.start_s = math.nan
+        self.end_s = math.nan
+        self.nodes = np.zeros(0, dtype=np.int64)
+        self.members = np.zeros(0, dtype=np.int64)
+        self.links = np.zeros(0, dtype=np.int64)
+        self.route: Any = None
+        self.aligned = False
+        self.offset_s = 0.0
+        self.grid_period_s = self.period_s
+        self.grid = 0
+        self.realign = True
+        self.iteration = 0
+        self.window = 0
+        self.comm_s = 0.0
+        self.comm_ideal_s = 0.0
+        self.comm_started = 0.0
+        self.isolated_s = 0.0
+        self.padded_s = 0.0  # time the runtime helper held bursts back to their slots
+
+    def compute(self, gap: int) -> float:
+        """Length of compute gap ``gap`` in the current iteration (jitter included)."""
+        if gap != self.jitter_gap:
+            return float(self.gaps[gap])
+        return float(self.gaps[gap] - self.jitter_s * (1.0 - self.u[self.iteration]))
+
+    def alone_s(self, bottleneck_gbps: float) -> float:
+        """Time the job would take alone on links no slower than ``bottleneck_gbps``."""
+        stretch = sum(v / min(r, bottleneck_gbps) - n for v, r, n in zip(self.volumes, self.gbps, self.lens))
+        jitter = self.jitter_s * sum(1.0 - u for u in self.u)
+        return float(self.spec.iterations * (self.period_s + stretch) - jitter)
+
+
+@dataclass
+class RunResult:
+    """Everything a run measured (``report`` turns it into figures)."""
+
+    scenario: str
+    policy: str
+    seed: int
+    jobs: list[JobRun]
+    capacity: np.ndarray
+    carried: np.ndarray  # Gb per link
+    demanded: np.ndarray  # Gb per link
+    occupied_s: np.ndarray  # per link: time with at least one running gang loading it
+    sample_times: np.ndarray
+    samples: np.ndarray  # cumulative carried Gb, (len(sample_times), links)
+    link_names: tuple[str, ...]
+    decision_ms: list[float]
+    extra: dict[str, Any]
+    crowd: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
+    wall_s: float = 0.0
+    events: int = 0
+    sim_end_s: float = 0.0
+
+
+Progress = Callable[[int, int, float], None]
+
+
+class Engine:
+    """Wires the kernel, the fluid network, the policy and the jobs; ``run()`` once."""
+
+    def __init__(self, sim: SimScenario, jobs: Sequence[JobSpec], policy: str | SimPolicy, seed: int = 0,
+                 sample_s: float = 1.0, progress: Progress | None = None) -> None:
+        self.sim = sim
+        self.topology = sim.scenario.topology.build()
+        self.kernel = Kernel()
+        self.fluid = Fluid(self.kernel, self.topology)
+        self.policy = policy if isinstance(policy, SimPolicy) else make(policy, Context(sim.scenario, self.topology, seed))
+        self.seed = seed
+        self.jobs = [JobRun(spec, i, seed) for i, spec in enumerate(jobs)]
+        self.by_name = {j.spec.name: j for j in self.jobs}
+        self.free = np.full(len(self.topology.nodes), sim.scenario.topology.gpus_per_node, dtype=np.int64)
+        self.pending: dict[str, JobRun] = {}
+        self.running = 0
+        self.done = 0
+        self.arrived = 0
+        links = len(self.topology.links)
+        self.occupants = np.zeros(links, dtype=np.int64)
+        self.occupied_since = np.zeros(links)
+        self.occupied_s = np.zeros(links)
+        self.sample_s = sample_s
+        self.sample_times: list[float] = []
+        self.samples: list[np.ndarray] = []
+        self.progress = progress
+        self._cycle_queued = False
+        self._next_report = 0
+
+    def run(self) -> RunResult:
+        """Simulate until every job has ended (or nothing can change any more)."""
+        started = time.perf_counter()
+        for job in self.jobs:
+            self.kernel.at(job.spec.arrival_s, self._arrive, job)
+        self.kernel.at(0.0, self._sample, rank=SAMPLING)
+        self.kernel.run()
+        self._sample_now()
+        self.policy.finish()
+        end = self.kernel.now
+        live = self.occupants > 0
+        self.occupied_s[live] += end - self.occupied_since[live]
+        return RunResult(
+            scenario=self.sim.name, policy=self.policy.name, seed=self.seed, jobs=self.jobs,
+            capacity=np.array([link.capacity_gbps for link in self.topology.links]),
+            carried=self.fluid.carried(), demanded=self.fluid.demanded.copy(), occupied_s=self.occupied_s.copy(),
+            sample_times=np.array(self.sample_times), samples=np.array(self.samples),
+            link_names=tuple(link.name for link in self.topology.links),
+            decision_ms=list(self.policy.stats.decision_ms), extra=dict(self.policy.stats.extra),
+            crowd=dict(self.policy.stats.crowd),
+            wall_s=time.perf_counter() - started, events=self.kernel.fired, sim_end_s=end,
+        )
+
+    # -- queue and scheduling --------------------------------------------------------------------
+
+    def _arrive(self, job: JobRun) -> None:
+        self.arrived += 1
+        self.pending[job.spec.name] = job
+        self._queue_cycle()
+
+    def _queue_cycle(self) -> None:
+        if not self._cycle_queued:
+            self._cycle_queued = True
+            self.kernel.at(self.kernel.now, self._cycle, rank=SCHEDULING)
+
+    def _cycle(self) -> None:
+        self._cycle_queued = False
+        if not self.pending:
+            return
+        for placement in self.policy.schedule(self.kernel.now, [j.spec for j in self.pending.values()]):
+            job = self.pending.pop(placement.uid)
+            self._start(job, placement.nodes, placement.members, placement.offset_ms, placement.period_ms)
+        for uid, offset_ms in self.policy.shifts():
+            job = self.by_name[uid]
+            if job.aligned and math.isnan(job.end_s):
+                job.offset_s = offset_ms / 1000.0
+                job.realign = True
+
+    def _start(self, job: JobRun, nodes: np.ndarray, members: np.ndarray, offset_ms: float | None,
+               period_ms: float | None) -> None:
+        spec = job.spec
+        gpus = members * spec.gpus_per_worker
+        if int(members.sum()) != spec.workers or (self.free[nodes] < gpus).any():
+            raise RuntimeError(f"{self.policy.name} placed {spec.name} on GPUs that are not free")
+        self.free[nodes] -= gpus
+        now = self.kernel.now
+        job.start_s = now
+        job.nodes, job.members = nodes, members
+        job.links, _ = loaded_links(self.topology, nodes)
+        self.running += 1
+        bottleneck = float(min((self.topology.links[i].capacity_gbps for i in job.links), default=math.inf))
+        job.isolated_s = job.alone_s(bottleneck)
+        if not len(job.links):
+            # No network: the job runs alone whatever the others do.
+            self.kernel.at(now + job.alone_s(math.inf), self._complete, job)
+            return
+        job.route = self.fluid.route(job.links)
+        self._occupy(job.links, +1)
+        if offset_ms is not None and period_ms is not None:
+            job.aligned = True
+            job.offset_s = offset_ms / 1000.0
+            job.grid_period_s = period_ms / 1000.0
+            job.realign = True
+        self._compute(job, 0)
+
+    # -- one job's iterations --------------------------------------------------------------------
+
+    def _compute(self, job: JobRun, gap: int) -> None:
+        delay = job.compute(gap)
+        last = gap == len(job.starts)
+        step = self._iteration_done if last else self._ready
+        if delay <= _EPS:
+            step(job)
+        else:
+            self.kernel.after(delay, step, job)
+
+    def _ready(self, job: JobRun) -> None:
+        now = self.kernel.now
+        if job.aligned:
+            target = self._target(job, now)
+            if target > now + _EPS:
+                job.padded_s += target - now
+                self.kernel.at(target, self._send, job)
+                return
+        self._send(job)
+
+    def _target(self, job: JobRun, now: float) -> float:
+        period = job.grid_period_s
+        base = job.offset_s + job.starts[0]
+        if job.window == 0:
+            if job.realign:
+                job.grid = math.ceil((now - base) / period - _EPS)
+                job.realign = False
+            else:
+                job.grid += 1
+                if base + (job.grid + 1) * period <= now:
+                    job.grid = math.floor((now - base) / period + _EPS)
+        return job.offset_s + job.starts[job.window] + job.grid * period
+
+    def _send(self, job: JobRun) -> None:
+        w = job.window
+        job.comm_started = self.kernel.now
+        job.comm_ideal_s += job.volumes[w] / min(job.gbps[w], job.route.floor)
+        self.fluid.start(job.route, job.gbps[w], job.volumes[w], partial(self._sent, job))
+
+    def _sent(self, job: JobRun) -> None:
+        job.comm_s += self.kernel.now - job.comm_started
+        job.window += 1
+        self._compute(job, job.window)
+
+    def _iteration_done(self, job: JobRun) -> None:
+        job.iteration += 1
+        job.window = 0
+        if job.iteration >= job.spec.iterations:
+            self._complete(job)
+        else:
+            self._compute(job, 0)
+
+    def _complete(self, job: JobRun) -> None:
+        now = self.kernel.now
+        job.end_s = now
+        self.free[job.nodes] += job.members * job.spec.gpus_per_worker
+        if len(job.links):
+            self._occupy(job.links, -1)
+        self.running -= 1
+        self.done += 1
+        self.policy.release(now, job.spec.name)
+        self._queue_cycle()
+        if self.progress is not None and (self.done >= self._next_report or self.done == len(self.jobs)):
+            self._next_report = self.done + max(1, len(self.jobs) // 20)
+            self.progress(self.done, len(self.jobs), now)
+
+    # -- measurements ----------------------------------------------------------------------------
+
+    def _occupy(self, links: np.ndarray, sign: int) -> None:
+        now = self.kernel.now
+        if sign > 0:
+            fresh = links[self.occupants[links] == 0]
+            self.occupied_since[fresh] = now
+            self.occupants[links] += 1
+        else:
+            self.occupants[links] -= 1
+            ended = links[self.occupants[links] == 0]
+            self.occupied_s[ended] += now - self.occupied_since[ended]
+
+    def _sample(self) -> None:
+        self._sample_now()
+        if len(self.samples) >= MAX_SAMPLES:
+            self.samples = self.samples[::2]
+            self.sample_times = self.sample_times[::2]
+            self.sample_s *= 2
+        if self.done < len(self.jobs) and (self.running or self.arrived < len(self.jobs)):
+            self.kernel.after(self.sample_s, self._sample, rank=SAMPLING)
+
+    def _sample_now(self) -> None:
+        self.sample_times.append(self.kernel.now)
+        self.samples.append(self.fluid.carried())

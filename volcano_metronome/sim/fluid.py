@@ -1,0 +1,275 @@
+"""The network as a fluid: bursts in flight share links max-min fairly, each capped by its demand.
+
+A *flow* is one communication window of one gang: a volume (Gb) to move across a set of links at no
+more than the window's rate (Gbps). Under the core's ring all-reduce model (``core.traffic``) the
+gang's ring crosses each loaded link once per direction, and a pipelined ring moves at the pace of
+its slowest edge, so one flow at one rate on all its links is exactly "the slowest worker decides".
+
+Rates change only when a flow starts or ends, so the model is event-driven. A flow that shares no
+link runs at its cap (its rate, or its slowest link); otherwise the max-min fair allocation of every
+flow on a shared link is recomputed (progressive filling; independent groups of flows come out as
+they would alone). Flows live in arrays (rate, remaining volume, a flow x link incidence matrix)
+settled all at once at every change, a single kernel event waits for the next completion, and
+every link integrates its rate into the volume it carried. The two directions of a duplex link
+carry the same ring traffic, so only one of each pair is solved and the other mirrors it.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+
+from volcano_metronome.core.topology import Topology
+from volcano_metronome.sim.kernel import NETWORK, Event, Kernel
+
+#: A flow whose remaining volume is below this share of its volume has finished (float noise).
+_DONE = 1e-9
+
+
+class Route:
+    """The links a gang's bursts cross: directed ids, the solved links for them, the slowest capacity."""
+
+    __slots__ = ("directed", "index", "floor")
+
+    def __init__(self, directed: np.ndarray, index: np.ndarray, floor: float) -> None:
+        self.directed = directed
+        self.index = index
+        self.floor = floor
+
+
+#: Above this many flow x link cells a round's dense vector work costs more than sparse bookkeeping.
+DENSE_CELLS = 60_000
+
+
+def max_min(cap: np.ndarray, incidence: np.ndarray, link_cap: np.ndarray) -> np.ndarray:
+    """Max-min fair rates of flows capped at ``cap`` on links of ``link_cap`` (progressive filling).
+
+    ``incidence[f, l]`` is 1 when flow ``f`` crosses link ``l``. Each round finds the lowest fair
+    share ``s`` of any link; every free flow capped at or below ``s`` is frozen at its cap (that only
+    raises the shares of the links it leaves), or else the flows on the links whose share is ``s``
+    are frozen at ``s``. There are as many rounds as distinct bottleneck levels. Small problems use
+    the dense matrix directly; large ones (a congested cluster where hundreds of flows touch one
+    another) its list of non-zero cells.
+    """
+    if incidence.size > DENSE_CELLS:
+        flow_of, link_of = np.nonzero(incidence)
+        return _max_min_sparse(cap, flow_of, link_of, link_cap)
+    rate = np.zeros(len(cap))
+    live = np.ones(len(cap), dtype=bool)
+    left = len(cap)
+    open_cap = cap.astype(float).copy()
+    rem = link_cap.astype(float).copy()
+    n = incidence.sum(axis=0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        while True:
+            share = rem / n  # inf or nan on links no live flow crosses
+            level = float(np.fmin.reduce(share, initial=np.inf))
+            limit = level * (1 + 1e-9) + 1e-12
+            hit = open_cap <= limit
+            if np.count_nonzero(hit):
+                rate[hit] = cap[hit]
+            else:
+                hit = np.asarray(incidence[:, share <= limit].any(axis=1))
+                hit &= live
+                rate[hit] = level
+            live &= ~hit
+            left -= int(np.count_nonzero(hit))
+            if not left:
+                return rate
+            open_cap[hit] = np.inf
+            frozen = incidence[hit]
+            rem -= rate[hit] @ frozen
+            np.maximum(rem, 0.0, out=rem)
+            n -= frozen.sum(axis=0)
+
+
+def _max_min_sparse(cap: np.ndarray, flow_of: np.ndarray, link_of: np.ndarray, link_cap: np.ndarray) -> np.ndarray:
+    """``max_min`` on the cells ``(flow_of[i], link_of[i])`` of the incidence matrix."""
+    links = len(link_cap)
+    rate = np.zeros(len(cap))
+    live = np.ones(len(cap), dtype=bool)
+    left = len(cap)
+    open_cap = cap.astype(float).copy()
+    rem = link_cap.astype(float).copy()
+    n = np.bincount(link_of, minlength=links).astype(float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        while True:
+            share = rem / n
+            level = float(np.fmin.reduce(share, initial=np.inf))
+            limit = level * (1 + 1e-9) + 1e-12
+            hit = open_cap <= limit
+            if np.count_nonzero(hit):
+                rate[hit] = cap[hit]
+            else:
+                hit = np.zeros(len(cap), dtype=bool)
+                hit[flow_of[(share <= limit)[link_of]]] = True
+                hit &= live
+                rate[hit] = level
+            live &= ~hit
+            left -= int(np.count_nonzero(hit))
+            if not left:
+                return rate
+            open_cap[hit] = np.inf
+            cells = hit[flow_of]
+            rem -= np.bincount(link_of[cells], weights=rate[flow_of[cells]], minlength=links)
+            np.maximum(rem, 0.0, out=rem)
+            n -= np.bincount(link_of[cells], minlength=links)
+
+
+def mirror_of(topology: Topology) -> np.ndarray:
+    """For every link, the id of the link solved in its place (its duplex partner or itself)."""
+    key: dict[tuple[frozenset[str], int, float], int] = {}
+    canon = np.arange(len(topology.links), dtype=np.int64)
+    for i, link in enumerate(topology.links):
+        k = (link.nodes, link.tier, link.capacity_gbps)
+        if k in key and topology.links[key[k]].direction != link.direction:
+            canon[i] = key[k]
+        else:
+            key.setdefault(k, i)
+    return canon
+
+
+class Fluid:
+    """Links, the flows in flight on them, and the volume every link has carried."""
+
+    def __init__(self, kernel: Kernel, topology: Topology) -> None:
+        self.kernel = kernel
+        self.directed_capacity = np.array([link.capacity_gbps for link in topology.links], dtype=float)
+        canon = mirror_of(topology)
+        solved, self.solved_of = np.unique(canon, return_inverse=True)  # directed link -> solved link
+        self.capacity = self.directed_capacity[solved]
+        self.on_link = np.zeros(len(solved), dtype=np.int64)  # flows in flight per solved link
+        self.link_rate = np.zeros(len(solved))
+        self._carried = np.zeros(len(solved))  # Gb per solved link
+        self.demanded = np.zeros(len(topology.links))  # Gb per directed link: what flows asked to move
+        self.solves = 0
+        self._settled = 0.0
+        self._next: Event | None = None
+        # Flow slots (grown on demand): cap and rate in Gbps, volumes in Gb, incidence slot x solved link.
+        self.cap = np.zeros(0)
+        self.volume = np.zeros(0)
+        self.remaining = np.zeros(0)
+        self.rate = np.zeros(0)
+        self.alive = np.zeros(0, dtype=bool)
+        self.incidence = np.zeros((0, len(solved)))
+        self.paths: list[np.ndarray] = []
+        self.done: list[Callable[[], None] | None] = []
+        self._free: list[int] = []
+        self._grow(64)
+
+    # -- public ------------------------------------------------------------------------------------
+
+    def route(self, links: np.ndarray) -> Route:
+        """The route of a gang loading ``links`` (directed ids, at least one)."""
+        index = np.unique(self.solved_of[links])
+        return Route(np.asarray(links, dtype=np.int64), index, float(self.capacity[index].min()))
+
+    def start(self, route: Route, rate_gbps: float, volume_gb: float, done: Callable[[], None]) -> int:
+        """Put a burst of ``volume_gb`` on ``route`` at up to ``rate_gbps``; ``done()`` when it is through."""
+        self._settle()
+        if not self._free:
+            self._grow(2 * len(self.cap))
+        slot = self._free.pop()
+        self.cap[slot] = min(rate_gbps, route.floor)
+        self.volume[slot] = self.remaining[slot] = volume_gb
+        self.rate[slot] = 0.0
+        self.alive[slot] = True
+        self.paths[slot] = route.index
+        self.incidence[slot, route.index] = 1.0
+        self.done[slot] = done
+        self.demanded[route.directed] += volume_gb
+        self.on_link[route.index] += 1
+        # Links with room for the new burst at its cap are bottlenecks of nobody: nobody else moves.
+        if (self.link_rate[route.index] + self.cap[slot] > self.capacity[route.index] * (1 + 1e-12)).any():
+            self._reallocate()
+        else:
+            self.rate[slot] = self.cap[slot]
+            self.link_rate[route.index] += self.cap[slot]
+        self._reschedule()
+        return slot
+
+    def carried(self) -> np.ndarray:
+        """Volume (Gb) every directed link has carried up to now."""
+        self._settle()
+        return self._carried[self.solved_of]
+
+    @property
+    def in_flight(self) -> int:
+        """Flows in flight."""
+        return int(self.alive.sum())
+
+    # -- internals ---------------------------------------------------------------------------------
+
+    def _grow(self, size: int) -> None:
+        old = len(self.cap)
+
+        def grown(arr: np.ndarray) -> np.ndarray:
+            out = np.zeros((size,) + arr.shape[1:], dtype=arr.dtype)
+            out[:old] = arr
+            return out
+
+        self.cap, self.volume = grown(self.cap), grown(self.volume)
+        self.remaining, self.rate = grown(self.remaining), grown(self.rate)
+        self.alive, self.incidence = grown(self.alive), grown(self.incidence)
+        self.paths += [np.zeros(0, dtype=np.int64)] * (size - old)
+        self.done += [None] * (size - old)
+        self._free += list(range(size - 1, old - 1, -1))
+
+    def _settle(self) -> None:
+        """Advance every flow's progress and every link's carried volume to now."""
+        now = self.kernel.now
+        dt = now - self._settled
+        if dt > 0:
+            self.remaining -= self.rate * dt  # free slots have rate 0
+            self._carried += self.link_rate * dt
+            self._settled = now
+
+    def _reschedule(self) -> None:
+        if self._next is not None:
+            self._next.cancel()
+            self._next = None
+        moving = self.rate > 0
+        if moving.any():
+            soonest = float((np.maximum(self.remaining[moving], 0.0) / self.rate[moving]).min())
+            self._next = self.kernel.at(self.kernel.now + soonest, self._complete, rank=NETWORK)
+
+    def _complete(self) -> None:
+        self._next = None
+        self._settle()
+        finished = np.flatnonzero(self.alive & (self.remaining <= _DONE * self.volume))
+        callbacks = []
+        # Only a burst that left a saturated link can let others speed up.
+        freed = any(self._saturated(self.paths[s]) for s in finished.tolist())
+        for slot in finished.tolist():
+            index = self.paths[slot]
+            self.link_rate[index] -= self.rate[slot]
+            self.on_link[index] -= 1
+            self.incidence[slot, index] = 0.0
+            self.alive[slot] = False
+            self.rate[slot] = self.remaining[slot] = 0.0
+            self._free.append(slot)
+            callbacks.append(self.done[slot])
+            self.done[slot] = None
+        if freed:
+            self._reallocate()
+        self._reschedule()
+        for callback in callbacks:
+            assert callback is not None
+            callback()
+
+    def _saturated(self, links: np.ndarray) -> bool:
+        return bool((self.link_rate[links] >= self.capacity[links] * (1 - 1e-9)).any())
+
+    def _reallocate(self) -> None:
+        """Re-solve every flow on a shared link; flows that share none run at their cap."""
+        self.solves += 1
+        slots = np.flatnonzero(self.alive)
+        shared_links = np.flatnonzero(self.on_link > 1)
+        incidence = self.incidence[np.ix_(slots, shared_links)]
+        sharing = incidence.any(axis=1)
+        new = self.cap[slots].copy()
+        if sharing.any():
+            new[sharing] = max_min(new[sharing], incidence[sharing], self.capacity[shared_links])
+        self.rate[slots] = new
+        self.link_rate = self.rate @ self.incidence  # from scratch: no drift from repeated updates

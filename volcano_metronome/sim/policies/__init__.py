@@ -1,0 +1,104 @@
+"""Scheduling policies the simulator compares, one module each, behind one small interface.
+
+A policy sees the pending jobs at every scheduling cycle (after arrivals and completions) and returns
+the placements it makes; it is told when a job ends. Policies that phase gangs (``aligned``) give
+each placement an offset and the snapped period the offset refers to, and may later move offsets of
+running gangs (``shifts``); the engine's runtime helper aligns bursts to them. Every policy keeps
+its own view of free GPUs; the engine checks each placement against its own ledger.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import numpy as np
+
+from volcano_metronome.core.errors import InvalidInput
+from volcano_metronome.core.topology import Topology
+from volcano_metronome.scenario import JobSpec, Scenario
+
+#: Policy name -> module under volcano_metronome.sim.policies (each defines ``POLICY``).
+POLICIES: dict[str, str] = {
+    "default": "default",
+    "volcano-topology": "volcano_topology",
+    "exclusive": "exclusive",
+    "cassini": "cassini",
+    "metronome": "metronome",
+}
+
+
+@dataclass(frozen=True, eq=False)
+class Placement:
+    """Where a job runs; for phased policies also the offset and the period it refers to (ms after the epoch)."""
+
+    uid: str
+    nodes: np.ndarray  # node indices
+    members: np.ndarray  # members on each node
+    offset_ms: float | None = None
+    period_ms: float | None = None
+
+
+@dataclass(frozen=True, eq=False)
+class Context:
+    """What a policy is built from."""
+
+    scenario: Scenario
+    topology: Topology
+    seed: int
+
+
+@dataclass
+class Stats:
+    """Measurements a policy reports: decision latencies (ms), figures for the report, phases to draw."""
+
+    decision_ms: list[float] = field(default_factory=list)
+    extra: dict[str, Any] = field(default_factory=dict)
+    #: Per link id: the gangs on it at its most crowded moment (uid, offset_ms, period_ms, windows, priority).
+    crowd: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
+
+
+class SimPolicy:
+    """Base class: subclasses implement ``schedule`` and may override ``release`` and ``shifts``."""
+
+    name = ""
+    aligned = False
+
+    def __init__(self, ctx: Context) -> None:
+        self.ctx = ctx
+        self.stats = Stats()
+
+    def schedule(self, now: float, pending: Sequence[JobSpec]) -> list[Placement]:
+        """Place what can be placed now; jobs not placed stay pending."""
+        raise NotImplementedError
+
+    def release(self, now: float, uid: str) -> None:
+        """A placed job has ended: give its resources back."""
+
+    def shifts(self) -> list[tuple[str, float]]:
+        """New offsets (ms) of running gangs since the last call, as ``(uid, offset_ms)``."""
+        return []
+
+    def finish(self) -> None:
+        """The run is over: fill ``stats.extra`` with whatever the policy wants reported."""
+
+
+def make(name: str, ctx: Context) -> SimPolicy:
+    """The policy called ``name``."""
+    if name not in POLICIES:
+        raise InvalidInput("policy", name, f"one of {', '.join(POLICIES)}")
+    module = importlib.import_module(f"volcano_metronome.sim.policies.{POLICIES[name]}")
+    policy: SimPolicy = module.POLICY(ctx)
+    return policy
+
+
+def parse_names(text: str) -> list[str]:
+    """``"a,b"`` -> ``["a", "b"]``, every name checked, order kept, duplicates dropped."""
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    if not names:
+        raise InvalidInput("--policies", text, f"a comma-separated list of {', '.join(POLICIES)}")
+    for n in names:
+        if n not in POLICIES:
+            raise InvalidInput("--policies", n, f"one of {', '.join(POLICIES)}")
+    return list(dict.fromkeys(names))

@@ -1,0 +1,176 @@
+"""``cassini``: CASSINI (NSDI 2024) as a module on top of a topology-aware binpack scheduler.
+
+The underlying scheduler proposes candidate placements: the lowest-tier binpack candidates of
+``volcano-topology`` (one node, else up to ``max_candidates`` fitting racks, else the fewest racks).
+For every candidate, CASSINI scores each link the gang would share: it rotates the gang's pattern
+around the link's unified circle (the hyperperiod) against the load already there, takes the
+rotation with the least overflow, and scores the link ``1 - overflow / demand``; the candidate's
+score is the mean over its shared links. Candidates whose job/link affinity graph would contain a
+loop are discarded (CASSINI's time-shifts are only consistent on loop-free graphs). Links that carry
+exactly the same gangs are one constraint and count once, and both directions of a duplex link are
+one link: the strongest honest reading. The best candidate wins (the underlying order breaks ties).
+
+Time-shifts follow CASSINI's traversal of the affinity graph: the new gang takes the best rotation
+on its first shared link; every other component it touches is rotated rigidly so that the gang's
+rotation on the link joining them is that link's best. When every candidate loops, the underlying
+scheduler's first candidate is taken, shifted against its first shared link only. FIFO order, no
+priorities, no re-optimisation on departures. Offsets live on the same slot grid as the core's.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Sequence
+
+import numpy as np
+
+from volcano_metronome.core import phasing
+from volcano_metronome.core.grid import Pattern, lay_out
+from volcano_metronome.core.snapshot import Snapshot
+from volcano_metronome.core.traffic import loaded_links
+from volcano_metronome.scenario import JobSpec
+from volcano_metronome.sim.fluid import mirror_of
+from volcano_metronome.sim.policies import Context, Placement, SimPolicy
+from volcano_metronome.sim.policies.common import fifo, racks_of
+from volcano_metronome.sim.policies.volcano_topology import lowest_tier
+
+
+class Cassini(SimPolicy):
+    """Per-link rotation compatibility, loop-free affinity graphs, propagated time-shifts."""
+
+    name = "cassini"
+    aligned = True
+
+    def __init__(self, ctx: Context) -> None:
+        super().__init__(ctx)
+        topo, scenario = ctx.topology, ctx.scenario
+        # The snapshot is used only as bookkeeping of link loads over the hyperperiod and free GPUs.
+        self.snapshot = Snapshot(topo, scenario.grid, np.full(len(topo.nodes), scenario.topology.gpus_per_node))
+        self.limit = scenario.policy.max_candidates
+        self.physical = mirror_of(topo)
+        self.rack = racks_of(topo)
+        self.on_link: dict[int, set[str]] = {}
+        self.links_of: dict[str, list[int]] = {}
+        self._shifts: list[tuple[str, float]] = []
+        self.counts = {"decisions": 0, "sharing": 0, "looped_all": 0, "discarded_loops": 0, "shifted": 0}
+
+    def schedule(self, now: float, pending: Sequence[JobSpec]) -> list[Placement]:
+        """Place pending gangs in arrival order."""
+        out = []
+        for job in fifo(pending):
+            started = time.perf_counter()
+            placed = self._decide(job)
+            self.stats.decision_ms.append((time.perf_counter() - started) * 1000.0)
+            if placed is not None:
+                out.append(placed)
+        return out
+
+    def release(self, now: float, uid: str) -> None:
+        """Forget the gang's load and GPUs."""
+        self.snapshot.forget(uid)
+        for link in self.links_of.pop(uid):
+            self.on_link[link].discard(uid)
+
+    def shifts(self) -> list[tuple[str, float]]:
+        """Running gangs rotated by the last placements."""
+        out, self._shifts = self._shifts, []
+        return out
+
+    def finish(self) -> None:
+        """Report how often loops constrained the choice."""
+        self.stats.extra = dict(self.counts)
+
+    def _decide(self, job: JobSpec) -> Placement | None:
+        snap = self.snapshot
+        found = lowest_tier(snap.free_gpus, self.rack, job)[: self.limit]
+        if not found:
+            return None
+        gang = job.gang()
+        pattern = lay_out(gang.profile, snap.grid)
+        component: dict[str, int] | None = None
+        scored = []
+        for rank, (nodes, members) in enumerate(found):
+            links, _ = loaded_links(snap.topology, nodes)
+            physical = sorted(set(self.physical[links].tolist()))
+            groups: dict[frozenset[str], int] = {}
+            for link in physical:
+                if self.on_link.get(link):
+                    groups.setdefault(frozenset(self.on_link[link]), link)
+            shared = sorted(groups.items(), key=lambda kv: kv[1])
+            loop = False
+            if shared:
+                component = component if component is not None else self._components()
+                touched = [component[next(iter(gangs))] for gangs, _ in shared]
+                loop = len(set(touched)) < len(touched)
+            rotations = [self._rotation(link, pattern) for _, link in shared]
+            score = float(np.mean([s for _, s in rotations])) if rotations else 1.0
+            scored.append((loop, -score, rank, nodes, members, links, physical, shared, rotations))
+        self.counts["decisions"] += 1
+        self.counts["discarded_loops"] += sum(1 for s in scored if s[0])
+        usable = [s for s in scored if not s[0]]
+        if usable:
+            _, _, _, nodes, members, links, physical, shared, rotations = min(usable, key=lambda s: (s[1], s[2]))
+            propagate = True
+        else:
+            self.counts["looped_all"] += 1
+            _, _, _, nodes, members, links, physical, shared, rotations = scored[0]
+            propagate = False
+        offset = rotations[0][0] if rotations else 0
+        if shared:
+            self.counts["sharing"] += 1
+        if propagate and len(shared) > 1:
+            assert component is not None
+            for (gangs, _), (best, _) in zip(shared[1:], rotations[1:]):
+                self._rotate_component(component, component[next(iter(gangs))], offset - best)
+        snap.assume(gang, nodes, members, offset, pattern)
+        self.links_of[gang.uid] = physical
+        for link in physical:
+            self.on_link.setdefault(link, set()).add(gang.uid)
+        if not len(links):
+            return Placement(gang.uid, nodes, members)
+        return Placement(gang.uid, nodes, members, offset * snap.grid.slot_ms, pattern.period.ms)
+
+    def _rotation(self, link: int, pattern: Pattern) -> tuple[int, float]:
+        """Best rotation of ``pattern`` against ``link``'s load, and CASSINI's compatibility score there."""
+        snap = self.snapshot
+        period = pattern.slots
+        base = snap.rows(np.array([link]), period)
+        cap = snap.topology.capacity_mbps[[link]]
+        added = phasing.added_overflow(phasing.fold(base, period), cap, np.ones(1, dtype=np.int64), pattern.rates)[0]
+        best = int(np.argmin(added))
+        before = float(np.maximum(base - cap[:, None], 0).sum())
+        demand = float(base.sum()) + float(pattern.rates.sum()) * (base.shape[1] // period)
+        return best, 1.0 - (before + float(added[best])) / demand if demand else 1.0
+
+    def _components(self) -> dict[str, int]:
+        """Connected components of the affinity graph (gangs joined by links they share)."""
+        out: dict[str, int] = {}
+        for label, start in enumerate(self.links_of):
+            if start in out:
+                continue
+            out[start] = label
+            stack = [start]
+            while stack:
+                uid = stack.pop()
+                for link in self.links_of[uid]:
+                    for other in self.on_link[link]:
+                        if other not in out:
+                            out[other] = label
+                            stack.append(other)
+        return out
+
+    def _rotate_component(self, component: dict[str, int], label: int, delta: int) -> None:
+        snap = self.snapshot
+        for uid in [u for u, c in component.items() if c == label]:
+            placed = snap.placed[uid]
+            moved = (placed.offset + delta) % placed.pattern.slots
+            if moved == placed.offset:
+                continue
+            snap.forget(uid)
+            snap.assume(placed.gang, placed.nodes, placed.members, moved, placed.pattern, placed.holds_gpus)
+            self.counts["shifted"] += 1
+            if len(placed.links):
+                self._shifts.append((uid, moved * snap.grid.slot_ms))
+
+
+POLICY = Cassini

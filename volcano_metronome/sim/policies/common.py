@@ -1,0 +1,78 @@
+"""Pieces the baselines share: queue orders, GPU bookkeeping and the classic node-filling rules."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from volcano_metronome.core.topology import Topology
+from volcano_metronome.scenario import JobSpec
+
+
+def by_priority(pending: Sequence[JobSpec]) -> list[JobSpec]:
+    """Priority first, then arrival (kube-scheduler's PrioritySort, Volcano's and Kueue's queues)."""
+    return sorted(pending, key=lambda j: (-j.priority, j.arrival_s, j.name))
+
+
+def fifo(pending: Sequence[JobSpec]) -> list[JobSpec]:
+    """Arrival order."""
+    return sorted(pending, key=lambda j: (j.arrival_s, j.name))
+
+
+def room(free: np.ndarray, job: JobSpec) -> np.ndarray:
+    """Members of ``job`` each node can take."""
+    if job.gpus_per_worker == 0:
+        return np.full(len(free), job.workers, dtype=np.int64)
+    return np.asarray(np.maximum(free, 0) // job.gpus_per_worker)
+
+
+def racks_of(topology: Topology) -> np.ndarray:
+    """Rack (tier-1 domain) of every node; one rack when the topology has none."""
+    return topology.domain_of(1) if topology.tiers > 1 else np.zeros(len(topology.nodes), dtype=np.int64)
+
+
+def fill(order: np.ndarray, room: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
+    """Take nodes in ``order`` until they hold ``size`` members: ``(nodes, members)``, sorted by node."""
+    order = order[room[order] > 0]
+    cum = np.cumsum(room[order])
+    count = int(np.searchsorted(cum, size)) + 1
+    nodes = order[:count]
+    members = room[nodes].copy()
+    members[-1] -= int(cum[count - 1]) - size
+    sort = np.argsort(nodes)
+    return nodes[sort], members[sort]
+
+
+def binpack_order(nodes: np.ndarray, free: np.ndarray) -> np.ndarray:
+    """Volcano's binpack, pod by pod: the most allocated node with room first (index breaks ties).
+
+    Placing a member makes its node fuller still, so pod-by-pod binpack fills nodes in this order.
+    """
+    return nodes[np.lexsort((nodes, free[nodes]))]
+
+
+def single_node(room: np.ndarray, free: np.ndarray, size: int) -> int | None:
+    """The fullest node that holds the whole gang, if any."""
+    fits = np.flatnonzero(room >= size)
+    if not len(fits):
+        return None
+    return int(fits[np.lexsort((fits, free[fits]))[0]])
+
+
+class Gpus:
+    """Free GPUs per node and what each placed job holds."""
+
+    def __init__(self, nodes: int, gpus_per_node: int) -> None:
+        self.free = np.full(nodes, gpus_per_node, dtype=np.int64)
+        self.held: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+
+    def take(self, uid: str, nodes: np.ndarray, gpus: np.ndarray) -> None:
+        """``uid`` takes ``gpus[i]`` GPUs on ``nodes[i]``."""
+        self.free[nodes] -= gpus
+        self.held[uid] = (nodes, gpus)
+
+    def give_back(self, uid: str) -> None:
+        """``uid`` ended."""
+        nodes, gpus = self.held.pop(uid)
+        self.free[nodes] += gpus

@@ -1,0 +1,105 @@
+"""``exclusive``: network-aware peak reservation (scheduler-plugins networkaware style), no offsets.
+
+Each gang reserves its peak rate on every link it loads for as long as it runs, so no link is ever
+over-subscribed and no burst is ever slowed; the price is admission. A gang is admitted only where
+its peak fits every link: the lowest-tier binpack candidates of ``volcano-topology`` (one node, else
+each fitting rack, fullest first), first over all nodes, then over the nodes whose NIC still has
+the headroom; failing that, across the fewest racks among nodes whose NIC and rack uplink have it.
+Otherwise it waits, in priority-then-FIFO order (a waiting gang does not block smaller ones).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Sequence
+
+import numpy as np
+
+from volcano_metronome.core.traffic import loaded_links
+from volcano_metronome.scenario import JobSpec
+from volcano_metronome.sim.policies import Context, Placement, SimPolicy
+from volcano_metronome.sim.policies.common import Gpus, by_priority, racks_of, room
+from volcano_metronome.sim.policies.volcano_topology import lowest_tier, per_rack, spanning
+
+
+class Exclusive(SimPolicy):
+    """Peak reservation on every loaded link."""
+
+    name = "exclusive"
+
+    def __init__(self, ctx: Context) -> None:
+        super().__init__(ctx)
+        topo = ctx.topology
+        self.gpus = Gpus(len(topo.nodes), ctx.scenario.topology.gpus_per_node)
+        self.rack = racks_of(topo)
+        self.capacity = np.array([link.capacity_gbps for link in topo.links])
+        self.reserved = np.zeros(len(topo.links))
+        self.holding: dict[str, tuple[np.ndarray, float]] = {}
+        indptr, ids = topo.incidence
+        node_of = np.repeat(np.arange(len(topo.nodes)), np.diff(indptr))
+        tiers = topo.link_tiers[ids]
+        # Per node: its own (tier-0) links, and the rack uplinks it sits behind (tier 1).
+        self.nic = (node_of[tiers == 0], ids[tiers == 0])
+        self.uplink = (node_of[tiers == 1], ids[tiers == 1])
+
+    def schedule(self, now: float, pending: Sequence[JobSpec]) -> list[Placement]:
+        """Admit every pending gang whose peak fits, in priority order."""
+        out = []
+        for job in by_priority(pending):
+            started = time.perf_counter()
+            found = self._admit(job)
+            self.stats.decision_ms.append((time.perf_counter() - started) * 1000.0)
+            if found is not None:
+                nodes, members, links = found
+                peak = job.profile.peak_gbps
+                self.reserved[links] += peak
+                self.holding[job.name] = (links, peak)
+                self.gpus.take(job.name, nodes, members * job.gpus_per_worker)
+                out.append(Placement(job.name, nodes, members))
+        return out
+
+    def release(self, now: float, uid: str) -> None:
+        """Give back the job's GPUs and its reservations."""
+        self.gpus.give_back(uid)
+        links, peak = self.holding.pop(uid)
+        self.reserved[links] -= peak
+
+    def _node_ok(self, which: tuple[np.ndarray, np.ndarray], peak: float) -> np.ndarray:
+        node_of, links = which
+        short = self.capacity[links] - self.reserved[links] < peak
+        bad = np.zeros(len(self.gpus.free), dtype=bool)
+        bad[node_of[short]] = True
+        return ~bad
+
+    def _fits(self, nodes: np.ndarray, peak: float) -> np.ndarray | None:
+        links, _ = loaded_links(self.ctx.topology, nodes)
+        if len(links) and (self.capacity[links] - self.reserved[links] < peak).any():
+            return None
+        return links
+
+    def _admit(self, job: JobSpec) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+        free = self.gpus.free
+        if room(free, job).sum() < job.workers:
+            return None
+        peak = job.profile.peak_gbps - 1e-9
+        for nodes, members in lowest_tier(free, self.rack, job):
+            links = self._fits(nodes, peak)
+            if links is not None:
+                return nodes, members, links
+        nic_ok = self._node_ok(self.nic, peak)
+        can = np.where(nic_ok, room(free, job), 0)
+        if can.sum() < job.workers:
+            return None
+        for nodes, members in per_rack(free, self.rack, job, can):
+            links = self._fits(nodes, peak)
+            if links is not None:
+                return nodes, members, links
+        can = np.where(self._node_ok(self.uplink, peak), can, 0)
+        if can.sum() < job.workers:
+            return None
+        nodes, members = spanning(free, self.rack, job, can)
+        links = self._fits(nodes, peak)
+        return None if links is None else (nodes, members, links)
+
+
+POLICY = Exclusive

@@ -1,0 +1,162 @@
+"""``metronome``: the product's own scheduling core, exactly as the controller drives it.
+
+Per cycle: the pending gangs in the QueuePolicy's order (``core.ordering.order``: priority, aging,
+FIFO), each decided by ``core.decision.decide`` against the live ``core.snapshot.Snapshot`` and
+assumed with ``core.cycle.commit`` (this is ``core.cycle.schedule`` unrolled so that each decision is
+timed on its own). Then, if the links touched by this cycle's placements or by departures since the
+last cycle carry overflow, ``core.reoptimize.reoptimise`` moves offsets of the gangs on those links
+(bounded moves and passes; every other gang is frozen). Completions call ``Snapshot.forget``.
+Decision and re-optimisation latencies are measured here with ``time.perf_counter`` (the core has
+no clock). A gang that loads no link gets no offset: its runtime has nothing to align.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Sequence
+
+import numpy as np
+
+from volcano_metronome.core.cycle import commit
+from volcano_metronome.core.decision import Decision, decide
+from volcano_metronome.core.model import Gang
+from volcano_metronome.core.ordering import order
+from volcano_metronome.core.reoptimize import reoptimise
+from volcano_metronome.core.snapshot import Snapshot
+from volcano_metronome.scenario import JobSpec
+from volcano_metronome.sim.policies import Context, Placement, SimPolicy
+
+#: Bounds of one re-optimisation (gangs moved, passes over the unfrozen gangs).
+MAX_MOVES = 8
+MAX_PASSES = 2
+
+
+class Metronome(SimPolicy):
+    """The core: node set and offset per gang, priorities, bounded re-optimisation."""
+
+    name = "metronome"
+    aligned = True
+
+    def __init__(self, ctx: Context) -> None:
+        super().__init__(ctx)
+        topo = ctx.topology
+        scenario = ctx.scenario
+        self.policy = scenario.policy
+        self.snapshot = Snapshot(topo, scenario.grid, np.full(len(topo.nodes), scenario.topology.gpus_per_node))
+        self.capacity = topo.capacity_mbps
+        self.gangs: dict[str, Gang] = {}
+        self.links_of: dict[str, np.ndarray] = {}
+        self.on_link: dict[int, set[str]] = {}
+        self.dirty: set[int] = set()
+        self._shifts: list[tuple[str, float]] = []
+        self.reopt_ms: list[float] = []
+        self.counts = {"decisions": 0, "sharing": 0, "sharing_zero_overflow": 0, "sharing_guarded_fit": 0,
+                       "reoptimisations": 0, "moves": 0}
+        self.snapping: list[float] = []
+        # For the TDM picture: per link, the most gangs ever on it at once and their phases then.
+        self.crowd = self.stats.crowd
+
+    def schedule(self, now: float, pending: Sequence[JobSpec]) -> list[Placement]:
+        """One scheduling cycle over the pending gangs, then bounded re-optimisation."""
+        gangs = [self._gang(job) for job in pending]
+        out = []
+        for gang in order(gangs, self.policy, now):
+            started = time.perf_counter()
+            result = decide(self.snapshot, gang, self.policy)
+            elapsed = (time.perf_counter() - started) * 1000.0
+            if not isinstance(result, Decision):
+                continue
+            self.stats.decision_ms.append(elapsed)
+            index = self.snapshot.topology.link_index
+            links = np.array([index[name] for name in result.links], dtype=np.int64)
+            self._count(result, links)
+            commit(self.snapshot, gang, result)
+            self._track(gang.uid, links)
+            if not result.feasible:
+                self.dirty.update(links.tolist())
+            phased = len(links) > 0
+            out.append(Placement(gang.uid, self.snapshot.topology.nodes_of(result.nodes), np.array(result.members),
+                                 result.offset_ms if phased else None, result.period_ms if phased else None))
+        self._reoptimise()
+        return out
+
+    def release(self, now: float, uid: str) -> None:
+        """Forget the gang; its links may now let neighbours move to better offsets."""
+        self.snapshot.forget(uid)
+        links = self.links_of.pop(uid)
+        for link in links.tolist():
+            self.on_link[link].discard(uid)
+        self.dirty.update(links.tolist())
+        del self.gangs[uid]
+
+    def shifts(self) -> list[tuple[str, float]]:
+        """Offsets moved by re-optimisation since the last call."""
+        out, self._shifts = self._shifts, []
+        return out
+
+    def _gang(self, job: JobSpec) -> Gang:
+        gang = self.gangs.get(job.name)
+        if gang is None:
+            gang = self.gangs[job.name] = job.gang()
+        return gang
+
+    def _count(self, result: Decision, links: np.ndarray) -> None:
+        self.counts["decisions"] += 1
+        if len(links):
+            self.snapping.append(result.snapping_error)
+        if len(links) and self.snapshot.load[links].any():
+            self.counts["sharing"] += 1
+            self.counts["sharing_zero_overflow"] += int(result.overflow_gbps_ms == 0)
+            self.counts["sharing_guarded_fit"] += int(result.feasible)
+
+    def _track(self, uid: str, links: np.ndarray) -> None:
+        self.links_of[uid] = links
+        for link in links.tolist():
+            members = self.on_link.setdefault(link, set())
+            members.add(uid)
+            if len(members) > len(self.crowd.get(link, ())):
+                self.crowd[link] = [self._phase(u) for u in sorted(members)]
+
+    def _phase(self, uid: str) -> dict[str, Any]:
+        placed = self.snapshot.placed[uid]
+        profile = placed.gang.profile
+        return {"uid": uid, "offset_ms": placed.offset * self.snapshot.grid.slot_ms, "period_ms": placed.pattern.period.ms,
+                "windows": [[w.start_ms, w.len_ms, w.gbps] for w in profile.windows], "priority": placed.gang.priority}
+
+    def _reoptimise(self) -> None:
+        if not self.dirty:
+            return
+        links = np.array(sorted(self.dirty), dtype=np.int64)
+        self.dirty = set()
+        if not (self.snapshot.load[links] > self.capacity[links, None]).any():
+            return
+        near = set().union(*(self.on_link.get(int(link), set()) for link in links))
+        frozen = frozenset(self.snapshot.placed) - near
+        started = time.perf_counter()
+        result = reoptimise(self.snapshot, self.policy, max_moves=MAX_MOVES, max_passes=MAX_PASSES, frozen=frozen)
+        self.reopt_ms.append((time.perf_counter() - started) * 1000.0)
+        self.counts["reoptimisations"] += 1
+        self.counts["moves"] += len(result.moves)
+        for move in result.moves:
+            self._shifts.append((move.uid, move.offset_ms))
+
+    def finish(self) -> None:
+        """Sum up what the core did over the run."""
+        c = self.counts
+        self.stats.extra = {
+            "link_sharing_decisions": c["sharing"],
+            "zero_overflow_fraction": c["sharing_zero_overflow"] / c["sharing"] if c["sharing"] else None,
+            "guarded_fit_fraction": c["sharing_guarded_fit"] / c["sharing"] if c["sharing"] else None,
+            "reoptimisations": c["reoptimisations"],
+            "offset_moves": c["moves"],
+            "reopt_ms_p50": _pct(self.reopt_ms, 50),
+            "reopt_ms_p99": _pct(self.reopt_ms, 99),
+            "snapping_error_mean": float(np.mean(self.snapping)) if self.snapping else 0.0,
+        }
+
+
+def _pct(values: list[float], q: float) -> float | None:
+    return float(np.percentile(values, q)) if values else None
+
+
+POLICY = Metronome

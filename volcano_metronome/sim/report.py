@@ -1,0 +1,250 @@
+"""Figures of runs, and the JSON report comparing policies over seeds.
+
+Definitions (also in docs/simulator.md):
+
+* JCT = end - arrival (queueing included); ``p50``/``p99`` are linear-interpolated percentiles.
+* slowdown = JCT / the job's time alone: the same iterations, jitter draws and window rates with
+  no other job anywhere and no queueing (on links at least as fast as its window rates that is
+  ``iterations x period`` minus the jitter draws). 1.0 is ideal.
+* A link's *occupied time* is the time during which at least one running gang loads it (is placed
+  across it, communicating or not). A link's utilisation is ``carried / (capacity x occupied)``.
+* ``avg_link_utilization``: total carried over total ``capacity x occupied``, over every link.
+* ``bottleneck_utilization``: the same over the policy's *bottleneck links*, the 5% of links (at least
+  one) that carried the most traffic in that run.
+* gains ``metronome_vs_X``: ``100 (X - metronome) / X`` for JCTs, ``100 (metronome - X) / X`` for
+  bottleneck utilisation. With several seeds every figure and gain is the median over seeds.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from volcano_metronome.sim.engine import JobRun, RunResult
+
+BOTTLENECK_SHARE = 0.05
+
+#: The issue's targets on cluster-256: (gain key, figure, comparison, threshold).
+TARGETS = (
+    ("metronome_vs_default", "avg_jct_reduction_pct", ">=", 25.0),
+    ("metronome_vs_default", "p99_jct_reduction_pct", ">=", 40.0),
+    ("metronome_vs_default", "bottleneck_utilization_gain_pct", ">=", 25.0),
+    ("metronome_vs_volcano-topology", "avg_jct_reduction_pct", ">=", 10.0),
+)
+
+
+def figures(run: RunResult) -> dict[str, Any]:
+    """The figures of one run."""
+    done = [j for j in run.jobs if not math.isnan(j.end_s)]
+    out: dict[str, Any] = {"jobs": len(run.jobs), "completed": len(done)}
+    out.update(_job_figures(done))
+    occupied = run.occupied_s > 0
+    out["bottleneck_utilization"] = _utilisation(run, bottleneck_links(run))
+    out["avg_link_utilization"] = _utilisation(run, np.flatnonzero(occupied))
+    out["makespan_s"] = _r(max((j.end_s for j in done), default=0.0) - min((j.spec.arrival_s for j in run.jobs), default=0.0))
+    priorities = sorted({j.spec.priority for j in run.jobs}, reverse=True)
+    out["by_priority"] = {
+        str(p): {"jobs": sum(1 for j in run.jobs if j.spec.priority == p),
+                 "completed": sum(1 for j in done if j.spec.priority == p),
+                 **_job_figures([j for j in done if j.spec.priority == p])}
+        for p in priorities
+    }
+    out["decision_ms_p50"] = _pct(run.decision_ms, 50)
+    out["decision_ms_p99"] = _pct(run.decision_ms, 99)
+    networked = [j for j in done if len(j.links)]
+    ideal = sum(j.comm_ideal_s for j in networked)
+    out["comm_stretch"] = _r(sum(j.comm_s for j in networked) / ideal) if ideal else 1.0
+    out["networked_jobs"] = len(networked)
+    out["avg_padding_s"] = _r(sum(j.padded_s for j in done) / len(done)) if done else None
+    out.update({k: (_r(v) if isinstance(v, float) else v) for k, v in run.extra.items()})
+    out["sim_events"] = run.events
+    out["wall_s"] = _r(run.wall_s)
+    return out
+
+
+def bottleneck_links(run: RunResult) -> np.ndarray:
+    """The run's bottleneck links: the top 5% (at least one) by carried volume, among links that carried any."""
+    used = np.flatnonzero(run.carried > 0)
+    if not len(used):
+        return used
+    count = max(1, math.ceil(BOTTLENECK_SHARE * len(run.carried)))
+    return used[np.argsort(-run.carried[used], kind="stable")[:count]]
+
+
+def busiest_link(run: RunResult) -> int | None:
+    """The link that carried the most (None if none carried anything)."""
+    return int(np.argmax(run.carried)) if run.carried.max(initial=0.0) > 0 else None
+
+
+def utilisation_series(run: RunResult, link: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(times, utilisation)`` of ``link`` over the sampling intervals (interval midpoints)."""
+    times, cumulative = run.sample_times, run.samples[:, link] if len(run.samples) else np.zeros(0)
+    if len(times) < 2:
+        return np.zeros(0), np.zeros(0)
+    dt = np.diff(times)
+    keep = dt > 0
+    util = np.diff(cumulative)[keep] / (run.capacity[link] * dt[keep])
+    return (times[:-1][keep] + times[1:][keep]) / 2, util
+
+
+def compare(scenario: str, seeds: Sequence[int], runs: Mapping[str, Sequence[RunResult]]) -> dict[str, Any]:
+    """The report: per-seed figures and gains, and their medians over seeds."""
+    per_seed: list[dict[str, Any]] = []
+    for i, seed in enumerate(seeds):
+        policies = {name: figures(rs[i]) for name, rs in runs.items()}
+        per_seed.append({"seed": seed, "policies": policies, "gains": gains(policies)})
+    report: dict[str, Any] = {
+        "scenario": scenario,
+        "seeds": list(seeds),
+        "policies": {name: _median([s["policies"][name] for s in per_seed]) for name in runs},
+        "gains": _median([s["gains"] for s in per_seed]) if per_seed else {},
+    }
+    report["targets"] = targets(report, per_seed)
+    report["per_seed"] = per_seed
+    return report
+
+
+def gains(policies: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, float | None]]:
+    """metronome against every other policy present."""
+    ours = policies.get("metronome")
+    if ours is None:
+        return {}
+    out = {}
+    for name, theirs in policies.items():
+        if name == "metronome":
+            continue
+        out[f"metronome_vs_{name}"] = {
+            "avg_jct_reduction_pct": _negated(_change_pct(theirs["avg_jct_s"], ours["avg_jct_s"])),
+            "p99_jct_reduction_pct": _negated(_change_pct(theirs["p99_jct_s"], ours["p99_jct_s"])),
+            "bottleneck_utilization_gain_pct": _change_pct(theirs["bottleneck_utilization"],
+                                                           ours["bottleneck_utilization"]),
+        }
+    return out
+
+
+def targets(report: Mapping[str, Any], per_seed: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """The issue's targets, evaluated on this report (meaningful on cluster-256)."""
+    out: dict[str, Any] = {}
+    for key, figure, op, threshold in TARGETS:
+        value = report["gains"].get(key, {}).get(figure)
+        if value is not None:
+            out[f"{key}.{figure}"] = {"target": f"{op} {threshold:g}", "value": value, "met": value >= threshold}
+    if "cassini" in report["policies"] and "metronome" in report["policies"]:
+        worse = [s["seed"] for s in per_seed
+                 if s["policies"]["metronome"]["avg_jct_s"] is not None and s["policies"]["cassini"]["avg_jct_s"] is not None
+                 and s["policies"]["metronome"]["avg_jct_s"] > s["policies"]["cassini"]["avg_jct_s"]]
+        out["metronome_vs_cassini.avg_jct_no_worse_on_any_seed"] = {"target": "no seed worse", "seeds_worse": worse,
+                                                                     "met": not worse}
+    ours = report["policies"].get("metronome")
+    if ours:
+        top = ours["by_priority"].get(str(max(int(p) for p in ours["by_priority"])), {}) if ours["by_priority"] else {}
+        slowdown = top.get("avg_slowdown")
+        if slowdown is not None:
+            out["metronome.high_priority_avg_slowdown"] = {"target": "<= 1.1", "value": slowdown, "met": slowdown <= 1.10}
+        if "zero_overflow_fraction" in ours:
+            out["metronome.zero_overflow_fraction"] = {"target": "report", "value": ours["zero_overflow_fraction"]}
+    return out
+
+
+def _job_figures(done: Sequence[JobRun]) -> dict[str, Any]:
+    if not done:
+        return {"avg_jct_s": None, "p50_jct_s": None, "p99_jct_s": None, "avg_slowdown": None, "avg_queue_s": None}
+    jct = np.array([j.end_s - j.spec.arrival_s for j in done])
+    alone = np.array([j.isolated_s for j in done])
+    queue = np.array([j.start_s - j.spec.arrival_s for j in done])
+    return {
+        "avg_jct_s": _r(jct.mean()), "p50_jct_s": _r(np.percentile(jct, 50)), "p99_jct_s": _r(np.percentile(jct, 99)),
+        "avg_slowdown": _r((jct / alone).mean()), "avg_queue_s": _r(queue.mean()),
+    }
+
+
+def _utilisation(run: RunResult, links: np.ndarray) -> float:
+    if not len(links):
+        return 0.0
+    offered = float((run.capacity[links] * run.occupied_s[links]).sum())
+    return _r(float(run.carried[links].sum()) / offered) if offered > 0 else 0.0
+
+
+def _change_pct(base: float | None, new: float | None) -> float | None:
+    """``100 (new - base) / base``, or None when either is missing or the base is zero."""
+    if base is None or new is None or base == 0:
+        return None
+    return _r(100.0 * (new - base) / base)
+
+
+def _negated(x: float | None) -> float | None:
+    return None if x is None else _r(-x)
+
+
+def _median(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Median of every numeric leaf over ``rows`` (mappings of the same shape); others from the first row."""
+    out: dict[str, Any] = {}
+    for key, first in rows[0].items():
+        values = [r.get(key) for r in rows]
+        if isinstance(first, Mapping):
+            out[key] = _median([v for v in values if isinstance(v, Mapping)])
+        elif isinstance(first, (int, float)) and not isinstance(first, bool) and all(
+                isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
+            med = statistics.median(float(v) for v in values if v is not None)
+            out[key] = int(med) if isinstance(first, int) and float(med).is_integer() else _r(float(med))
+        else:
+            out[key] = first
+    return out
+
+
+def _pct(values: Sequence[float], q: float) -> float | None:
+    return _r(float(np.percentile(values, q))) if len(values) else None
+
+
+def _r(x: float) -> float:
+    return round(float(x), 4)
+
+
+def table(report: Mapping[str, Any]) -> str:
+    """The comparison as a plain-text table (medians over seeds), gains and targets."""
+    seeds = report["seeds"]
+    lines = [f"scenario {report['scenario']}, seeds {', '.join(map(str, seeds))}"
+             + (" (medians over seeds)" if len(seeds) > 1 else "")]
+    head = (f"{'policy':<17}{'done':>9}{'avg JCT s':>11}{'p99 JCT s':>11}{'slowdown':>10}{'queue s':>9}"
+            f"{'bottleneck':>12}{'avg link':>10}{'comm x':>8}{'decide ms p50/p99':>19}")
+    lines += [head, "-" * len(head)]
+    for name, f in report["policies"].items():
+        decide = f"{_fmt(f['decision_ms_p50'], 2)}/{_fmt(f['decision_ms_p99'], 1)}"
+        lines.append(
+            f"{name:<17}{f['completed']:>4}/{f['jobs']:<4}{_fmt(f['avg_jct_s'], 1):>11}{_fmt(f['p99_jct_s'], 1):>11}"
+            f"{_fmt(f['avg_slowdown'], 3):>10}{_fmt(f['avg_queue_s'], 1):>9}{_fmt(f['bottleneck_utilization'], 3):>12}"
+            f"{_fmt(f['avg_link_utilization'], 3):>10}{_fmt(f['comm_stretch'], 2):>8}{decide:>19}")
+    if report["gains"]:
+        lines += ["", "metronome relative to each policy (negative JCT change = faster):"]
+        for key, g in report["gains"].items():
+            lines.append(f"  vs {key[len('metronome_vs_'):]:<18} avg JCT {_signed(_neg(g['avg_jct_reduction_pct']))}, "
+                         f"p99 JCT {_signed(_neg(g['p99_jct_reduction_pct']))}, "
+                         f"bottleneck utilisation {_signed(g['bottleneck_utilization_gain_pct'])}")
+    ours = report["policies"].get("metronome")
+    if ours and ours.get("link_sharing_decisions") is not None:
+        lines.append("")
+        fraction = ours.get("zero_overflow_fraction")
+        lines.append(f"metronome: {ours['link_sharing_decisions']} decisions shared a loaded link; a zero-overflow "
+                     f"offset was found for {_fmt(None if fraction is None else 100 * fraction, 1)}% of them")
+    if report.get("targets"):
+        lines += ["", "the issue's targets (set for cluster-256, medians over 3 seeds):"]
+        for key, t in report["targets"].items():
+            if "met" in t:
+                shown = t.get("value", t.get("seeds_worse"))
+                lines.append(f"  {key:<58} {t['target']:>14}  {'met' if t['met'] else 'NOT met'} ({shown})")
+    return "\n".join(lines)
+
+
+def _fmt(x: float | None, digits: int) -> str:
+    return "-" if x is None else f"{x:.{digits}f}"
+
+
+def _neg(x: float | None) -> float | None:
+    return None if x is None else -x
+
+
+def _signed(x: float | None) -> str:
+    return "-" if x is None else f"{x:+.1f}%"

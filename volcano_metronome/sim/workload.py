@@ -1,0 +1,190 @@
+"""Simulator scenarios: the ``plan`` scenario format plus ``generate:`` for synthetic workloads.
+
+Extra top-level keys (``scenario.parse`` leaves them to us):
+
+``description``
+    one line shown by ``volcano-metronome scenarios``.
+``seeds``
+    how many seeds ``simulate`` and ``demo`` run by default (1 when absent).
+``generate``
+    ``{count, seed, arrival: {process: poisson, rate_per_min, start_s}, mix: {MODEL: weight},
+    workers: [choices] | {choice: weight}, gpus_per_worker, iterations: [min, max],
+    priorities: {priority: weight}}``. Seed ``s`` of a run draws the workload with
+    ``generate.seed + s``; explicit ``jobs:`` are kept as they are beside the generated ones.
+
+Parsing is pure and every error names the field, the value and what was expected.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any, Mapping
+
+import numpy as np
+
+from volcano_metronome.catalog import Catalog
+from volcano_metronome.core.errors import InvalidInput
+from volcano_metronome.core.profile import number
+from volcano_metronome.scenario import JobSpec, Scenario, integer, nonnegative, parse, positive
+
+EXTRA_KEYS = frozenset({"description", "seeds", "generate"})
+ARRIVAL_PROCESSES = ("poisson",)
+
+
+@dataclass(frozen=True)
+class Generate:
+    """How to draw a synthetic workload."""
+
+    count: int
+    seed: int
+    rate_per_min: float
+    start_s: float
+    mix: tuple[tuple[str, float], ...]
+    workers: tuple[tuple[int, float], ...]
+    gpus_per_worker: int
+    iterations: tuple[int, int]
+    priorities: tuple[tuple[int, float], ...]
+
+
+@dataclass(frozen=True)
+class SimScenario:
+    """A scenario as the simulator reads it."""
+
+    scenario: Scenario
+    description: str = ""
+    seeds: int = 1
+    generate: Generate | None = None
+
+    @property
+    def name(self) -> str:
+        """The scenario's name."""
+        return self.scenario.name
+
+    def jobs(self, seed: int = 0) -> tuple[JobSpec, ...]:
+        """The explicit jobs plus, with ``generate:``, the ones drawn for ``seed``; by arrival, then name."""
+        jobs = list(self.scenario.jobs)
+        if self.generate is not None:
+            jobs += draw(self.generate, self.scenario, self.generate.seed + seed)
+        names = [j.name for j in jobs]
+        if len(set(names)) != len(names):
+            dup = next(n for n in names if names.count(n) > 1)
+            raise InvalidInput("jobs[].name", dup, "a name no generated or explicit job already has")
+        return tuple(sorted(jobs, key=lambda j: (j.arrival_s, j.name)))
+
+    def materialised(self, seed: int = 0) -> Scenario:
+        """The plain scenario (for ``plan``) with the jobs of ``seed`` written out."""
+        return replace(self.scenario, jobs=self.jobs(seed))
+
+
+def parse_sim(data: Any, catalog: Catalog | None = None) -> SimScenario:
+    """Parse a simulator scenario mapping."""
+    scenario = parse(data, catalog, extra_keys=EXTRA_KEYS)
+    description = data.get("description", "")
+    if not isinstance(description, str):
+        raise InvalidInput("description", description, "a string")
+    seeds = integer(data.get("seeds", 1), "seeds", 1)
+    generate = parse_generate(data["generate"], scenario) if "generate" in data else None
+    if generate is None and not scenario.jobs:
+        raise InvalidInput("jobs", [], "a non-empty list of jobs (or a generate: section)")
+    for i, job in enumerate(scenario.jobs):
+        check_fits(job.workers, job.gpus_per_worker, scenario, f"jobs[{i}]")
+    return SimScenario(scenario, description, seeds, generate)
+
+
+def parse_generate(data: Any, scenario: Scenario) -> Generate:
+    """Parse the ``generate:`` mapping (see the module docstring)."""
+    keys = {"count", "seed", "arrival", "mix", "workers", "gpus_per_worker", "iterations", "priorities"}
+    _mapping(data, "generate", keys)
+    arrival = data.get("arrival", {})
+    _mapping(arrival, "generate.arrival", {"process", "rate_per_min", "start_s"})
+    process = arrival.get("process", "poisson")
+    if process not in ARRIVAL_PROCESSES:
+        raise InvalidInput("generate.arrival.process", process, f"one of {', '.join(ARRIVAL_PROCESSES)}")
+    mix = _weights(data.get("mix"), "generate.mix", str)
+    for name, _ in mix:
+        scenario.catalog.get(name, f"generate.mix.{name}")
+    gpus = integer(data.get("gpus_per_worker", 1), "generate.gpus_per_worker", 0)
+    raw_workers = data.get("workers")
+    if isinstance(raw_workers, list):
+        raw_workers = {w: 1 for w in raw_workers}
+    workers = _weights(raw_workers, "generate.workers", int)
+    for w, _ in workers:
+        integer(w, f"generate.workers.{w}", 1)
+        check_fits(w, gpus, scenario, f"generate.workers.{w}")
+    iterations = data.get("iterations", [100, 100])
+    if not (isinstance(iterations, list) and len(iterations) == 2):
+        raise InvalidInput("generate.iterations", iterations, "a range [min, max] of whole iterations")
+    low = integer(iterations[0], "generate.iterations[0]", 1)
+    high = integer(iterations[1], "generate.iterations[1]", low)
+    return Generate(
+        count=integer(data.get("count"), "generate.count", 1),
+        seed=integer(data.get("seed", 0), "generate.seed", 0),
+        rate_per_min=positive(arrival.get("rate_per_min"), "generate.arrival.rate_per_min"),
+        start_s=nonnegative(arrival.get("start_s", 0.0), "generate.arrival.start_s"),
+        mix=mix,
+        workers=workers,
+        gpus_per_worker=gpus,
+        iterations=(low, high),
+        priorities=_weights(data.get("priorities", {0: 1}), "generate.priorities", int),
+    )
+
+
+def draw(gen: Generate, scenario: Scenario, seed: int) -> list[JobSpec]:
+    """The ``gen.count`` jobs of one seed: Poisson arrivals, then model, size, length and priority."""
+    rng = np.random.default_rng(seed)
+    gaps = rng.exponential(60.0 / gen.rate_per_min, gen.count)
+    arrivals = gen.start_s + np.cumsum(gaps) - gaps[0]
+    models = _pick(rng, gen.mix, gen.count)
+    workers = _pick(rng, gen.workers, gen.count)
+    iterations = rng.integers(gen.iterations[0], gen.iterations[1] + 1, gen.count)
+    priorities = _pick(rng, gen.priorities, gen.count)
+    line_rate = scenario.topology.nic_gbps
+    jobs = []
+    for i in range(gen.count):
+        model = str(models[i])
+        jobs.append(JobSpec(
+            name=f"{model}-{i:04d}", arrival_s=round(float(arrivals[i]), 3), workers=int(workers[i]),
+            gpus_per_worker=gen.gpus_per_worker, iterations=int(iterations[i]), priority=int(priorities[i]),
+            profile=scenario.catalog.get(model).profile(line_rate), model=model))
+    return jobs
+
+
+def check_fits(workers: int, gpus_per_worker: int, scenario: Scenario, field: str) -> None:
+    """Refuse a gang no empty cluster could hold (it would wait for ever)."""
+    topo = scenario.topology
+    if gpus_per_worker > topo.gpus_per_node:
+        raise InvalidInput(f"{field}.gpus_per_worker", gpus_per_worker,
+                           f"at most the {topo.gpus_per_node} GPUs of one node")
+    if workers * gpus_per_worker > topo.nodes * topo.gpus_per_node:
+        raise InvalidInput(f"{field}.workers", workers,
+                           f"a gang that fits the cluster's {topo.nodes * topo.gpus_per_node} GPUs")
+
+
+def _pick(rng: np.random.Generator, weighted: tuple[tuple[Any, float], ...], count: int) -> np.ndarray:
+    values = np.array([v for v, _ in weighted], dtype=object)
+    weights = np.array([w for _, w in weighted], dtype=float)
+    return values[rng.choice(len(values), size=count, p=weights / weights.sum())]
+
+
+def _weights(data: Any, field: str, kind: type) -> tuple[tuple[Any, float], ...]:
+    if not isinstance(data, Mapping) or not data:
+        raise InvalidInput(field, data, "a non-empty mapping of choice to weight")
+    out = []
+    for key, weight in data.items():
+        if kind is int and (isinstance(key, bool) or not isinstance(key, int)):
+            raise InvalidInput(f"{field}.{key}", key, "an integer choice")
+        if kind is str and not isinstance(key, str):
+            raise InvalidInput(f"{field}.{key}", key, "a catalog model name")
+        w = number(weight, f"{field}.{key}")
+        if w <= 0:
+            raise InvalidInput(f"{field}.{key}", weight, "a weight > 0")
+        out.append((key, w))
+    return tuple(out)
+
+
+def _mapping(data: Any, field: str, keys: set[str]) -> None:
+    if not isinstance(data, Mapping):
+        raise InvalidInput(field, data, f"a mapping with keys {sorted(keys)}")
+    unknown = sorted(set(data) - keys, key=str)
+    if unknown:
+        raise InvalidInput(f"{field}.{unknown[0]}", data[unknown[0]], f"one of {sorted(keys)}")
