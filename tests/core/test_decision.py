@@ -152,3 +152,14 @@ def test_chosen_offset_is_the_best_of_a_brute_force_search_on_the_chosen_nodes(c
                 over = reference.added_overflow(base, cap, mult, pattern.rates).sum(axis=0)
                 assert over[d.offset_slots] == over.min()
         commit(snap, g, d)
+
+
+def test_earliest_breaks_the_last_tie_towards_the_soonest_offset():
+    snap = empty(two_nodes(), 8)
+    a = gang("a", 2, 5)
+    assert decide(snap, a, POLICY).offset_slots == 0
+    assert decide(snap, a, POLICY, earliest=13).offset_slots == 13  # every offset is free: start soonest
+    commit(snap, a, decide(snap, a, POLICY))  # a sends in slots 20..39
+    b = gang("b", 2, 3)
+    # b's window (slots 20..39 of its period) must land on 0..19: only offset 20 fits, whatever earliest says.
+    assert decide(snap, b, POLICY, earliest=5).offset_slots == 20

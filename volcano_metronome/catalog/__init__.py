@@ -1,7 +1,10 @@
 """The model catalog: modelled (not measured) bandwidth profiles of well-known training jobs.
 
-Rates are fractions of the NIC line rate, so one entry serves any cluster: ``entry.profile(100)``
-is the profile on 100 Gbps NICs. Each entry carries the derivation of its numbers.
+Rates are fractions of the NIC line rate, so one entry serves any cluster: ``entry.profile(200)``
+is the profile on 200 Gbps NICs. An entry is derived for a reference NIC (``reference_gbps``); on
+another NIC each window moves the same volume at the same fraction of the new line rate, so it
+lasts ``reference / line rate`` as long, and the windows after it, and the period, move by the time
+saved (compute time does not change). Each entry carries the derivation of its numbers.
 """
 
 from __future__ import annotations
@@ -31,12 +34,20 @@ class CatalogEntry:
     windows: tuple[ModelWindow, ...]
     jitter_ms: float = 0.0
     derivation: str = ""
+    reference_gbps: float = 100.0
 
     def profile(self, line_rate_gbps: float) -> Profile:
-        """The profile on NICs of ``line_rate_gbps``."""
-        return Profile(self.period_ms,
-                       tuple(Window(w.start_ms, w.len_ms, w.fraction * line_rate_gbps) for w in self.windows),
-                       self.jitter_ms)
+        """The profile on NICs of ``line_rate_gbps``: same volumes and compute, windows rescaled."""
+        if not line_rate_gbps > 0:
+            raise InvalidInput("line_rate_gbps", line_rate_gbps, "a NIC line rate > 0 Gbps")
+        scale = self.reference_gbps / line_rate_gbps
+        shift = 0.0
+        windows = []
+        for w in sorted(self.windows, key=lambda w: w.start_ms):
+            length = w.len_ms * scale
+            windows.append(Window(w.start_ms + shift, length, w.fraction * line_rate_gbps))
+            shift += length - w.len_ms
+        return Profile(self.period_ms + shift, tuple(windows), self.jitter_ms)
 
 
 class Catalog:

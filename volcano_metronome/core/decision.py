@@ -6,7 +6,9 @@ every shared link together. Choice, in order:
 
 1. an offset at which the guarded pattern (windows widened by the policy's cushion and the profile's
    jitter) keeps every link within capacity in every slot: among those, the lowest peak utilisation,
-   then fewer racks, then the better-ranked node set, then the smaller offset;
+   then fewer racks, then the better-ranked node set, then the offset that comes first counting
+   from ``earliest`` (0 by default: the smaller offset; a caller that passes the current phase gets
+   the offset whose first slot comes soonest, so a gang does not wait a period for its first burst);
 2. otherwise, among offsets that take no more than ``overflow_tolerance`` of the traffic of any
    higher-priority gang on any link, the least cost: added overflow plus ``priority_weight`` times
    the bandwidth taken from higher-priority gangs; ties as above;
@@ -61,24 +63,28 @@ class NoFit:
 class _Scored:
     candidate: Candidate
     offset: int
+    lateness: int  # slots from the caller's earliest offset to this one
     feasible: bool
     cost: float
     overflow: int
     peak: float
 
     def key(self) -> tuple[bool, float, float, int, int, int]:
-        return (not self.feasible, self.cost, self.peak, self.candidate.racks, self.candidate.rank, self.offset)
+        return (not self.feasible, self.cost, self.peak, self.candidate.racks, self.candidate.rank, self.lateness)
 
 
-def decide(snapshot: Snapshot, gang: Gang, policy: Policy) -> Decision | NoFit:
-    """The best node set and offset for ``gang`` given the snapshot, or why there is none."""
+def decide(snapshot: Snapshot, gang: Gang, policy: Policy, earliest: int = 0) -> Decision | NoFit:
+    """The best node set and offset for ``gang`` given the snapshot, or why there is none.
+
+    ``earliest`` (slots) breaks the last tie: the offset reached first counting from it wins.
+    """
     pattern = lay_out(gang.profile, snapshot.grid)
     found = candidates(snapshot.topology, snapshot.free_gpus, snapshot.link_mean, gang, policy.max_candidates)
     if not found.primary:
         return NoFit(gang.uid, found.reason)
-    scored = [s for c in found.primary if (s := _score(snapshot, gang, pattern, c, policy)) is not None]
+    scored = [s for c in found.primary if (s := _score(snapshot, gang, pattern, c, policy, earliest)) is not None]
     if not any(s.feasible for s in scored):
-        scored += [s for c in found.secondary if (s := _score(snapshot, gang, pattern, c, policy)) is not None]
+        scored += [s for c in found.secondary if (s := _score(snapshot, gang, pattern, c, policy, earliest)) is not None]
     if not scored:
         return NoFit(gang.uid, (
             f"priority protection: every node set and offset would delay more than "
@@ -127,14 +133,17 @@ def score_offsets(snapshot: Snapshot, gang: Gang, pattern: Pattern, nodes: np.nd
     return OffsetScores(fits, cost, overflow, peak, tolerated)
 
 
-def _score(snapshot: Snapshot, gang: Gang, pattern: Pattern, cand: Candidate, policy: Policy) -> _Scored | None:
+def _score(snapshot: Snapshot, gang: Gang, pattern: Pattern, cand: Candidate, policy: Policy,
+           earliest: int) -> _Scored | None:
     scores = score_offsets(snapshot, gang, pattern, cand.nodes, policy)
     offsets = np.flatnonzero(scores.tolerated | scores.fits)
     if not len(offsets):
         return None
-    keys = (offsets, scores.peak[offsets], scores.cost[offsets], ~scores.fits[offsets])
+    lateness = (offsets - earliest) % pattern.slots
+    keys = (lateness, scores.peak[offsets], scores.cost[offsets], ~scores.fits[offsets])
     pick = int(offsets[np.lexsort(keys)[0]])
-    return _Scored(cand, pick, bool(scores.fits[pick]), float(scores.cost[pick]), int(scores.overflow[pick]),
+    return _Scored(cand, pick, (pick - earliest) % pattern.slots, bool(scores.fits[pick]), float(scores.cost[pick]),
+                   int(scores.overflow[pick]),
                    float(scores.peak[pick]))
 
 
