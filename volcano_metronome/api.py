@@ -33,7 +33,7 @@ GANG_SIZE = PREFIX + "gang-size"
 PROFILE_ERROR = PREFIX + "profile-error"  # why a controller-created object's profile was not usable
 
 # Gang membership of a pod, written by the webhook on the pods it gates.
-MANAGED_LABEL = PREFIX + "managed"  # label "true": lets the controller watch gated pods by selector
+MANAGED_LABEL = PREFIX + "managed"  # label "true" on gated pods and on managed pod templates: selects them
 GANG_KIND = PREFIX + "gang-kind"  # annotation: "PodGroup" (Volcano), "Job" (Kueue batch Job), "Workload"
 GANG_NAME = PREFIX + "gang-name"  # annotation: name of that object, in the pod's namespace
 

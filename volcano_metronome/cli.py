@@ -18,7 +18,13 @@ from volcano_metronome.core.errors import MetronomeError
 COMMANDS: dict[str, tuple[str, str]] = {
     "plan": ("volcano_metronome.commands.plan", "place a scenario's jobs on an empty cluster and print the decisions"),
     "tools": ("volcano_metronome.commands.tools", "build and locate the Kubernetes programs the tests and dev-cluster run"),
+    "simulate": ("volcano_metronome.commands.simulate", "compare scheduling policies on a scenario in the simulator"),
+    "scenarios": ("volcano_metronome.commands.scenarios", "list the built-in simulator scenarios"),
+    "demo": ("volcano_metronome.commands.demo", "run every policy on a built-in scenario: table, JSON report and plots"),
     "dev-cluster": ("volcano_metronome.commands.devcluster", "start, stop or inspect a local API server with fake GPU nodes"),
+    "controller": ("volcano_metronome.commands.controller", "run the queue controller: node sets and phase offsets for gangs"),
+    "webhook": ("volcano_metronome.commands.webhook", "serve the mutating admission webhook over TLS (gunicorn)"),
+    "certs": ("volcano_metronome.commands.certs", "make a CA and the webhook's serving certificate; print the caBundle"),
 }
 
 

@@ -15,6 +15,8 @@ What it offers:
   timeout, re-list on 410 Gone, exponential backoff with jitter on errors; a thread-safe store.
 - :func:`patch_webhook_ca_bundle`: write a CA bundle into every webhook of a
   MutatingWebhookConfiguration.
+- :func:`read_secret` and :func:`write_secret`: a Secret, created or replaced only if unchanged
+  since it was read (optimistic concurrency).
 
 Errors are :class:`KubeError` (a :class:`MetronomeError`) carrying the HTTP status: 404
 :class:`NotFound`, 409 :class:`Conflict` (also AlreadyExists), 410 :class:`Gone`, and
@@ -139,6 +141,7 @@ class Resource:
 
 
 PODS = Resource("", "v1", "pods", True, "Pod")
+SECRETS = Resource("", "v1", "secrets", True, "Secret")
 NODES = Resource("", "v1", "nodes", False, "Node")
 NAMESPACES = Resource("", "v1", "namespaces", False, "Namespace")
 CORE_EVENTS = Resource("", "v1", "events", True, "Event")
@@ -637,3 +640,31 @@ def patch_webhook_ca_bundle(kube: Kube, name: str, ca_bundle_pem: bytes, *, atte
             if attempt == attempts - 1:
                 raise
             time.sleep(0.05 * (attempt + 1))
+
+
+# ------------------------------------------------------------------------------------------- secrets
+def read_secret(kube: Kube, namespace: str, name: str) -> JSON | None:
+    """The Secret ``namespace/name`` as the API returns it (``data`` values base64), None when absent."""
+    return kube.get(SECRETS, namespace, name)
+
+
+def write_secret(kube: Kube, namespace: str, name: str, data: Mapping[str, bytes], *, type_: str,
+                 current: Mapping[str, Any] | None) -> JSON:
+    """Create the Secret (``current`` None) or replace ``current``, setting the entries of ``data`` (raw bytes).
+
+    Optimistic concurrency: a create fails with :class:`Conflict` when the Secret exists by then, a
+    replace (guarded by ``current``'s resourceVersion) when it changed since it was read; read it
+    again and decide again. A replace keeps the Secret's other entries, labels and annotations.
+    """
+    encoded = {key: base64.b64encode(value).decode("ascii") for key, value in data.items()}
+    if current is None:
+        return kube.create(SECRETS, {"metadata": {"name": name, "namespace": namespace}, "type": type_,
+                                     "data": encoded}, namespace)
+    metadata = dict(current.get("metadata") or {})
+    if not metadata.get("resourceVersion"):
+        raise KubeError(f"Secret {namespace}/{name}: the copy to replace has no resourceVersion")
+    metadata.pop("managedFields", None)  # the server keeps its own; sending them back is pointless
+    metadata.update(name=name, namespace=namespace)
+    body = {"apiVersion": SECRETS.api_version, "kind": SECRETS.kind, "metadata": metadata, "type": type_,
+            "data": {**(current.get("data") or {}), **encoded}}
+    return kube.replace(SECRETS, body)

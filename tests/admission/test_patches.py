@@ -48,6 +48,26 @@ def test_absent_parents_are_created_nested():
     assert apply(doc, ops)["spec"]["tasks"][0]["template"]["metadata"] == {"annotations": {"k": "v"}}
 
 
+@pytest.mark.parametrize("template", [{"spec": {}}, {"metadata": None, "spec": {}}])
+def test_several_children_of_an_absent_parent_are_created_in_one_add(template):
+    """Two set_entries would each add the parent, the second replacing the first (RFC 6902 add on a member)."""
+    doc = {"spec": {"template": template}}
+    children = {"labels": {"l/k": "true"}, "annotations": {"a/k": "v"}}
+    ops = patches.set_children(doc, ("spec", "template", "metadata"), children)
+    assert ops == [{"op": "add", "path": "/spec/template/metadata", "value": children}]
+    assert apply(doc, ops)["spec"]["template"]["metadata"] == children
+
+
+def test_several_children_of_a_present_parent_are_set_one_by_one():
+    doc = {"metadata": {"labels": {"l/k": "true", "keep": "x"}}}
+    ops = patches.set_children(doc, ("metadata",), {"labels": {"l/k": "true"}, "annotations": {"a/k": "v"}, "none": {}})
+    assert ops == [{"op": "add", "path": "/metadata/annotations", "value": {"a/k": "v"}}]
+    out = apply(doc, ops)
+    assert out["metadata"] == {"labels": {"l/k": "true", "keep": "x"}, "annotations": {"a/k": "v"}}
+    assert patches.set_children(out, ("metadata",), {"labels": {"l/k": "true"}, "annotations": {"a/k": "v"}}) == []
+    assert patches.set_children(doc, ("nowhere",), {"labels": {}}) == []
+
+
 def test_null_annotations_are_replaced_by_a_map():
     doc = {"metadata": {"annotations": None}}
     assert apply(doc, patches.set_entries(doc, ("metadata", "annotations"), {"k": "v"}))["metadata"] == {

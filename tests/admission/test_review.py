@@ -94,9 +94,36 @@ def test_managed_volcano_job_gets_profile_everywhere_and_min_available():
         assert meta["annotations"][api.PROFILE] == RESNET_JSON
         assert meta["annotations"][api.PROFILE_SOURCE] == "catalog"
         assert meta["annotations"][api.GANG_SIZE] == "4"
-    assert out["spec"]["tasks"][1]["template"]["metadata"]["labels"] == {"role": "w"}
+    # The template without metadata gets labels and annotations in one add; the other keeps its labels.
+    assert out["spec"]["tasks"][0]["template"]["metadata"]["labels"] == {api.MANAGED_LABEL: "true"}
+    assert out["spec"]["tasks"][1]["template"]["metadata"]["labels"] == {"role": "w", api.MANAGED_LABEL: "true"}
+    assert api.MANAGED_LABEL not in (out["metadata"].get("labels") or {})  # the Job itself is no pod
     assert out["spec"]["minAvailable"] == 4
     assert "networkTopology" not in out["spec"]
+
+
+@pytest.mark.parametrize("make, templates", [
+    (lambda: volcano_job(MODEL), lambda obj: [t["template"] for t in obj["spec"]["tasks"]]),
+    (lambda: batch_job(MODEL), lambda obj: [obj["spec"]["template"]]),
+], ids=["volcano-job", "batch-job"])
+def test_pod_templates_of_managed_jobs_carry_the_pod_selection_label(make, templates):
+    """The chart's pod hook selects on metronome.dev/managed=true: the templates the pods come from must carry it."""
+    job = make()
+    out = patched(job, admit(review(job), CTX).review)
+    for template in templates(out):
+        assert template["metadata"]["labels"][api.MANAGED_LABEL] == "true"
+        assert template["metadata"]["annotations"][api.PROFILE] == RESNET_JSON
+    assert ops_of(admit(review(out), CTX).review) == []  # already labelled: no op at all
+    for template in templates(job):
+        template.setdefault("metadata", {})["labels"] = {api.MANAGED_LABEL: "false", "team": "a"}
+    relabelled = patched(job, admit(review(job), CTX).review)
+    for template in templates(relabelled):
+        assert template["metadata"]["labels"] == {api.MANAGED_LABEL: "true", "team": "a"}
+
+
+def test_unmanaged_jobs_get_no_pod_selection_label():
+    for job in (volcano_job(), batch_job()):
+        assert ops_of(admit(review(job), CTX).review) == []
 
 
 def test_unmanaged_volcano_job_is_untouched_even_when_volcano_would_reject_it():

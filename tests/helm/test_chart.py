@@ -313,6 +313,22 @@ def test_webhook_deployment() -> None:
     assert pdb["spec"]["minAvailable"] == 1
 
 
+def test_webhook_shutdown_drains_before_the_grace_period_ends() -> None:
+    """preStop sleep (endpoints drop the pod), then gunicorn's graceful timeout, all inside the grace period."""
+    from webhooks.server import GRACEFUL_TIMEOUT_SECONDS
+
+    pod = one(render("defaults"), "Deployment", WEBHOOK)["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert set(container["lifecycle"]) == {"preStop"}
+    sleep = container["lifecycle"]["preStop"]["sleep"]["seconds"]
+    assert 3 <= sleep <= 10
+    assert pod["terminationGracePeriodSeconds"] > sleep + GRACEFUL_TIMEOUT_SECONDS
+    # The sleep action (KEP-3960) is beta and on by default from Kubernetes 1.30: the chart may not claim less.
+    kube_version = yaml.safe_load((CHART / "Chart.yaml").read_text())["kubeVersion"]
+    floor = re.fullmatch(r">=\s*(\d+)\.(\d+)\.\d+(-0)?", kube_version)
+    assert floor is not None and (int(floor[1]), int(floor[2])) >= (1, 30)
+
+
 def _settings(objects: list[dict[str, Any]]) -> tuple[dict[str, Any], dict[str, Any]]:
     webhook = yaml.safe_load(one(objects, "ConfigMap", WEBHOOK)["data"]["webhook.yaml"])
     controller = yaml.safe_load(one(objects, "ConfigMap", CONTROLLER)["data"]["controller.yaml"])
@@ -505,11 +521,11 @@ def test_cert_job_rbac_is_least_privilege_and_exists_before_the_jobs() -> None:
     role, cluster_role = one(objects, "Role", name), one(objects, "ClusterRole", name)
     assert role["rules"] == [
         {"apiGroups": [""], "resources": ["secrets"], "verbs": ["create"]},
-        {"apiGroups": [""], "resources": ["secrets"], "resourceNames": [TLS_SECRET], "verbs": ["get", "update", "patch"]}]
+        {"apiGroups": [""], "resources": ["secrets"], "resourceNames": [TLS_SECRET], "verbs": ["get", "update"]}]
     assert cluster_role["rules"] == [
         {"apiGroups": ["admissionregistration.k8s.io"], "resources": ["mutatingwebhookconfigurations"],
          "resourceNames": [one(objects, "MutatingWebhookConfiguration")["metadata"]["name"]],
-         "verbs": ["get", "update", "patch"]}]
+         "verbs": ["get", "patch"]}]
     for kind in ("ServiceAccount", "Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding"):
         annotations = one(objects, kind, name)["metadata"]["annotations"]
         assert set(annotations["helm.sh/hook"].split(",")) == {"pre-install", "pre-upgrade", "post-install",

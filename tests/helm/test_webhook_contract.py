@@ -76,10 +76,6 @@ def _pod_from(template_spec: dict[str, Any], owner: dict[str, Any] | None, annot
     return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": copy.deepcopy(template_spec["spec"])}
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "needs the webhook to label the pod templates it annotates with metronome.dev/managed=true "
-    "(admission/objects.py admit_volcano_job and admit_batch_job); without it, with the chart's default "
-    "webhook.podSelection=managed, pods of Volcano Jobs and Kueue batch Jobs never reach the pod hook"))
 @pytest.mark.parametrize("kind", ["volcano-job", "kueue-batch-job"])
 def test_pods_of_admitted_jobs_are_selected_by_the_pod_hook(kind: str) -> None:
     hooks = _webhooks()

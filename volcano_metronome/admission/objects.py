@@ -1,7 +1,9 @@
 """Admission of gang objects: Volcano Jobs and PodGroups, Kueue Workloads, batch/v1 Jobs submitted to Kueue.
 
 A managed object gets ``metronome.dev/profile``, ``profile-source`` and ``gang-size`` on its metadata,
-and on every pod template it owns (so the pods it creates carry them). Each function returns an
+and on every pod template it owns (so the pods it creates carry them). Those templates also get the
+label ``metronome.dev/managed=true``: it is what the chart's pod hook selects on (``webhook.podSelection:
+managed``), so without it the pods of a managed Job would never be gated. Each function returns an
 :class:`Outcome` or raises :class:`InvalidInput`; whether that denies the object or only warns is
 decided by the caller from who created it.
 """
@@ -29,7 +31,7 @@ from volcano_metronome.admission.outcome import (
     profile_entries,
     string_or_none,
 )
-from volcano_metronome.admission.patches import Op, mapping_at, set_entries, set_value
+from volcano_metronome.admission.patches import Op, Path, mapping_at, set_children, set_entries, set_value
 from volcano_metronome.admission.resolve import Context, Place, resolve
 from volcano_metronome.core.errors import InvalidInput
 
@@ -37,7 +39,8 @@ ANNOTATIONS = ("metadata", "annotations")
 
 
 def admit_volcano_job(obj: Mapping[str, Any], namespace: str, ctx: Context) -> Outcome:
-    """A ``batch.volcano.sh/v1alpha1`` Job: profile on the job and every task template; minAvailable; tier limit."""
+    """A ``batch.volcano.sh/v1alpha1`` Job: profile on the job, profile and managed label on every task template;
+    minAvailable; tier limit."""
     spec = mapping_at(obj, ("spec",)) or {}
     tasks = _items(spec, "tasks", "spec.tasks")
     places = [Place("", annotations_at(obj))]
@@ -50,7 +53,7 @@ def admit_volcano_job(obj: Mapping[str, Any], namespace: str, ctx: Context) -> O
     entries = profile_entries(resolved, gang.size)
     ops = set_entries(obj, ANNOTATIONS, entries)
     for i in range(len(tasks)):
-        ops += set_entries(obj, ("spec", "tasks", i, "template", "metadata", "annotations"), entries)
+        ops += _pod_template_ops(obj, ("spec", "tasks", i, "template"), entries)
     if gang.default_min_available is not None:
         ops += set_value(obj, ("spec", "minAvailable"), gang.default_min_available)
     ops += tier_limit_ops(obj, ("spec",), resolved.profile, gang.size, ctx.settings.tier_limit)
@@ -87,7 +90,8 @@ def admit_workload(obj: Mapping[str, Any], namespace: str, ctx: Context) -> Outc
 
 
 def admit_batch_job(obj: Mapping[str, Any], namespace: str, ctx: Context) -> Outcome:
-    """A ``batch/v1`` Job labelled ``kueue.x-k8s.io/queue-name``: profile on the job and its pod template."""
+    """A ``batch/v1`` Job labelled ``kueue.x-k8s.io/queue-name``: profile on the job, profile and managed label on
+    its pod template."""
     queue = string_or_none(labels_at(obj).get(api.KUEUE_QUEUE_NAME))
     if queue is None:
         return UNMANAGED  # not submitted to Kueue: its pods would form no gang anyone schedules
@@ -98,8 +102,14 @@ def admit_batch_job(obj: Mapping[str, Any], namespace: str, ctx: Context) -> Out
         return UNMANAGED
     entries = profile_entries(resolved, batch_job_size(spec))
     ops: list[Op] = set_entries(obj, ANNOTATIONS, entries)
-    ops += set_entries(obj, ("spec", "template", "metadata", "annotations"), entries)
+    ops += _pod_template_ops(obj, ("spec", "template"), entries)
     return Outcome(tuple(ops))
+
+
+def _pod_template_ops(obj: Mapping[str, Any], template: Path, entries: Mapping[str, str]) -> list[Op]:
+    """Ops putting the profile ``entries`` and the pod-selection label on the pod template at ``template``."""
+    return set_children(obj, (*template, "metadata"),
+                        {"labels": {api.MANAGED_LABEL: "true"}, "annotations": entries})
 
 
 def _volcano_queue(spec: Mapping[str, Any]) -> str:

@@ -86,6 +86,24 @@ def set_entries(doc: Any, path: Path, entries: Mapping[str, Any]) -> list[Op]:
             for key, value in entries.items() if key not in target or target[key] != value]
 
 
+def set_children(doc: Any, path: Path, children: Mapping[str, Mapping[str, Any]]) -> list[Op]:
+    """:func:`set_entries` for several child mappings of the mapping at ``path`` (a template's ``metadata``:
+    its ``labels`` and ``annotations``), creating that mapping in one ``add`` when absent.
+
+    Calling :func:`set_entries` once per child would, when the parent is absent, emit one ``add`` of
+    the parent per child, and each later ``add`` would replace the parent the earlier one created.
+    """
+    wanted = {child: dict(entries) for child, entries in children.items() if entries}
+    if not wanted:
+        return []
+    if mapping_at(doc, path) is None:
+        return _create(doc, path, wanted)
+    ops: list[Op] = []
+    for child, entries in wanted.items():
+        ops += set_entries(doc, (*path, child), entries)
+    return ops
+
+
 def set_value(doc: Any, path: Path, value: Any) -> list[Op]:
     """Ops making the member at ``path`` equal ``value``, creating parents if absent."""
     return set_entries(doc, path[:-1], {str(path[-1]): value})
