@@ -44,13 +44,13 @@ def test_every_key():
 
 
 @pytest.mark.parametrize("data, field", [
-    ({"lineRate": 100}, "lineRate (unknown key)"),
-    ({"tierLimit": {"enable": True}}, "tierLimit.enable (unknown key)"),
-    ({"watch": {"pods": True}}, "watch.pods (unknown key)"),
+    ({"lineRate": 100}, "lineRate"),
+    ({"tierLimit": {"enable": True}}, "tierLimit.enable"),
+    ({"watch": {"pods": True}}, "watch.pods"),
     ({"namespaceDefaults": {"a": {"periodMs": 100, "windows": [{"startMs": 0, "lenMs": 1, "gbps": 1}], "x": 1}}},
-     "namespaceDefaults.a.x (unknown key)"),
+     "namespaceDefaults.a.x"),
     ({"namespaceDefaults": {"a": {"periodMs": 100, "windows": [{"start_ms": 0, "lenMs": 1, "gbps": 1}]}}},
-     "namespaceDefaults.a.windows[0].start_ms (unknown key)"),
+     "namespaceDefaults.a.windows[0].start_ms"),
     ({"lineRateGbps": 0}, "lineRateGbps"),
     ({"lineRateGbps": "100"}, "lineRateGbps"),
     ({"lineRateGbps": 10**400}, "lineRateGbps"),

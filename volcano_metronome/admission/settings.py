@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from volcano_metronome.catalog import Catalog, builtin
+from volcano_metronome.core import fields
 from volcano_metronome.core.errors import InvalidInput
 from volcano_metronome.core.profile import MAX_GBPS, Profile
 
@@ -54,44 +55,44 @@ def parse_settings(data: Any, catalog: Catalog | None = None) -> Settings:
     catalog = catalog or builtin()
     if data is None:
         data = {}
-    top = _mapping(data, "", {"lineRateGbps", "namespaceDefaults", "queueDefaults", "tierLimit", "watch"})
-    line_rate = _number(top.get("lineRateGbps", 100.0), "lineRateGbps")
+    top = fields.mapping(data, "", {"lineRateGbps", "namespaceDefaults", "queueDefaults", "tierLimit", "watch"})
+    line_rate = fields.number(top.get("lineRateGbps", 100.0), "lineRateGbps")
     if not 0.0 < line_rate <= MAX_GBPS:
         raise InvalidInput("lineRateGbps", line_rate, f"a NIC line rate in Gbps in (0, {MAX_GBPS:g}]")
     defaults = {}
     for key in ("namespaceDefaults", "queueDefaults"):
-        entries = _mapping(_or_empty(top.get(key)), key, None)
+        entries = fields.mapping(_or_empty(top.get(key)), key, None)
         for name, value in entries.items():
             if not isinstance(name, str) or not name:
                 raise InvalidInput(key, name, "names (strings) as keys")
         defaults[key] = {name: parse_profile(value, f"{key}.{name}", catalog, line_rate) for name, value in entries.items()}
-    tier = _mapping(_or_empty(top.get("tierLimit")), "tierLimit", {"enabled", "thresholdGbps", "highestTierAllowed"})
-    threshold = _number(tier.get("thresholdGbps", 100.0), "tierLimit.thresholdGbps")
+    tier = fields.mapping(_or_empty(top.get("tierLimit")), "tierLimit", {"enabled", "thresholdGbps", "highestTierAllowed"})
+    threshold = fields.number(tier.get("thresholdGbps", 100.0), "tierLimit.thresholdGbps")
     if threshold < 0:
         raise InvalidInput("tierLimit.thresholdGbps", threshold, "a rate in Gbps >= 0")
-    watch = _mapping(_or_empty(top.get("watch")), "watch", {"podGroups", "claims"})
+    watch = fields.mapping(_or_empty(top.get("watch")), "watch", {"podGroups", "claims"})
     return Settings(
         line_rate_gbps=line_rate,
         namespace_defaults=defaults["namespaceDefaults"],
         queue_defaults=defaults["queueDefaults"],
         tier_limit=TierLimit(
-            enabled=_bool(tier.get("enabled", False), "tierLimit.enabled"),
+            enabled=fields.boolean(tier.get("enabled", False), "tierLimit.enabled"),
             threshold_gbps=threshold,
-            highest_tier_allowed=_int(tier.get("highestTierAllowed", 1), "tierLimit.highestTierAllowed", 0),
+            highest_tier_allowed=fields.integer(tier.get("highestTierAllowed", 1), "tierLimit.highestTierAllowed", 0, 2**31 - 1),
         ),
-        watch=Watch(pod_groups=_bool(watch.get("podGroups", True), "watch.podGroups"),
-                    claims=_bool(watch.get("claims", True), "watch.claims")),
+        watch=Watch(pod_groups=fields.boolean(watch.get("podGroups", True), "watch.podGroups"),
+                    claims=fields.boolean(watch.get("claims", True), "watch.claims")),
     )
 
 
 def parse_profile(data: Any, where: str, catalog: Catalog, line_rate_gbps: float) -> Profile:
     """A profile written as ``{model: NAME [, jitterMs]}`` or ``{periodMs, windows: [{startMs, lenMs, gbps}], jitterMs}``."""
     if isinstance(data, dict) and "model" in data:
-        entries = _mapping(data, where, {"model", "jitterMs"})
+        entries = fields.mapping(data, where, {"model", "jitterMs"})
         name = entries["model"]
         profile = catalog.get(name, field=f"{where}.model").profile(line_rate_gbps)
         if "jitterMs" in entries:
-            jitter = _number(entries["jitterMs"], f"{where}.jitterMs")
+            jitter = fields.number(entries["jitterMs"], f"{where}.jitterMs")
             try:
                 profile = Profile(profile.period_ms, profile.windows, jitter)
             except InvalidInput as exc:
@@ -103,18 +104,18 @@ def parse_profile(data: Any, where: str, catalog: Catalog, line_rate_gbps: float
 def profile_from_camel(data: Any, where: str, extra_keys: frozenset[str] = frozenset()) -> Profile:
     """A profile in camelCase form ``{periodMs, windows: [{startMs, lenMs, gbps}], jitterMs}``; ``extra_keys``
     (e.g. other fields of a claim's spec) are allowed and ignored."""
-    entries = _mapping(data, where, set(_CAMEL) | extra_keys)
+    entries = fields.mapping(data, where, set(_CAMEL) | extra_keys)
     raw_windows = entries.get("windows")
     if not isinstance(raw_windows, list) or not raw_windows:
         raise InvalidInput(f"{where}.windows", raw_windows, "a non-empty list of {startMs, lenMs, gbps}")
     windows = []
     for i, window in enumerate(raw_windows):
         at = f"{where}.windows[{i}]"
-        parts = _mapping(window, at, set(_CAMEL_WINDOW))
-        windows.append({_CAMEL_WINDOW[k]: _number(v, f"{at}.{k}") for k, v in parts.items()})
-    snake = {"period_ms": _number(entries.get("periodMs"), f"{where}.periodMs"), "windows": windows}
+        parts = fields.mapping(window, at, set(_CAMEL_WINDOW))
+        windows.append({_CAMEL_WINDOW[k]: fields.number(v, f"{at}.{k}") for k, v in parts.items()})
+    snake = {"period_ms": fields.number(entries.get("periodMs"), f"{where}.periodMs"), "windows": windows}
     if "jitterMs" in entries:
-        snake["jitter_ms"] = _number(entries["jitterMs"], f"{where}.jitterMs")
+        snake["jitter_ms"] = fields.number(entries["jitterMs"], f"{where}.jitterMs")
     try:
         return Profile.from_mapping(snake, field=where)
     except InvalidInput as exc:
@@ -134,40 +135,3 @@ def _camel_field(name: str, where: str) -> str:
 def _or_empty(value: Any) -> Any:
     """A key present with no value (``watch:`` in YAML) means its defaults."""
     return {} if value is None else value
-
-
-def _mapping(data: Any, where: str, allowed: set[str] | None) -> Mapping[Any, Any]:
-    if not isinstance(data, dict):
-        raise InvalidInput(where or "settings", data,
-                           "a mapping" + (f" with keys among {', '.join(sorted(allowed))}" if allowed else ""))
-    if allowed is not None:
-        for key in data:
-            if key not in allowed:
-                raise InvalidInput(f"{where}.{key} (unknown key)" if where else f"{key} (unknown key)", data[key],
-                                   f"one of the keys {', '.join(sorted(allowed))}")
-    return data
-
-
-def _number(value: Any, where: str) -> float:
-    """A finite number (YAML ints of any size are accepted and checked, never overflow)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise InvalidInput(where, value, "a finite number")
-    try:
-        number = float(value)
-    except OverflowError:
-        raise InvalidInput(where, value, "a finite number") from None
-    if number != number or number in (float("inf"), float("-inf")):
-        raise InvalidInput(where, value, "a finite number")
-    return number
-
-
-def _int(value: Any, where: str, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum or value > 2**31 - 1:
-        raise InvalidInput(where, value, f"an integer >= {minimum}")
-    return value
-
-
-def _bool(value: Any, where: str) -> bool:
-    if not isinstance(value, bool):
-        raise InvalidInput(where, value, "true or false")
-    return value

@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
 from volcano_metronome.core.errors import InvalidInput
-from volcano_metronome.core.profile import Profile, Window, number
+from volcano_metronome.core.fields import number
+from volcano_metronome.core.profile import Profile, Window
 
 
 @dataclass(frozen=True)

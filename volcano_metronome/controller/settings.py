@@ -12,6 +12,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
+from volcano_metronome.core import fields
 from volcano_metronome.core.errors import InvalidInput
 from volcano_metronome.core.grid import SlotGrid
 
@@ -95,37 +96,37 @@ def parse(data: Any, base: Settings | None = None) -> Settings:
     base = base or Settings()
     if data is None:
         data = {}
-    _keys(data, "settings", _TOP)
+    fields.mapping(data, "", _TOP)
     d = base
     out: dict[str, Any] = {}
     if "slotMs" in data:
-        out["slot_ms"] = _number(data["slotMs"], "slotMs", 0.1, 1000.0)
+        out["slot_ms"] = fields.number(data["slotMs"], "slotMs", minimum=0.1, maximum=1000.0)
     if "maxHyperperiodMs" in data:
-        out["max_hyperperiod_ms"] = _number(data["maxHyperperiodMs"], "maxHyperperiodMs", 1.0, 3_600_000.0)
+        out["max_hyperperiod_ms"] = fields.number(data["maxHyperperiodMs"], "maxHyperperiodMs", minimum=1.0, maximum=3_600_000.0)
     for key, attr in (("gpuResource", "gpu_resource"), ("rackLabel", "rack_label"), ("zoneLabel", "zone_label"),
                       ("namespace", "namespace"), ("bindAddress", "bind_address"), ("nodeSelector", "node_selector"),
                       ("watchNamespace", "watch_namespace")):
         if key in data:
-            out[attr] = _string(data[key], key,
+            out[attr] = fields.string(data[key], key,
                                 allow_empty=key in ("rackLabel", "zoneLabel", "nodeSelector", "watchNamespace"))
     if "defaultCapacities" in data:
         out["default_capacities"] = _capacities(data["defaultCapacities"], d.default_capacities)
     if "resyncSeconds" in data:
-        out["resync_s"] = _number(data["resyncSeconds"], "resyncSeconds", 1.0, 86400.0)
+        out["resync_s"] = fields.number(data["resyncSeconds"], "resyncSeconds", minimum=1.0, maximum=86400.0)
     if "leaderElection" in data:
         out["leader_election"] = _leader(data["leaderElection"], d.leader_election)
     if "healthPort" in data:
-        out["health_port"] = _integer(data["healthPort"], "healthPort", 0, 65535)
+        out["health_port"] = fields.integer(data["healthPort"], "healthPort", 0, 65535)
     if "writeConcurrency" in data:
-        out["write_concurrency"] = _integer(data["writeConcurrency"], "writeConcurrency", 1, 256)
+        out["write_concurrency"] = fields.integer(data["writeConcurrency"], "writeConcurrency", 1, 256)
     if "cycleDebounceMs" in data:
-        out["cycle_debounce_ms"] = _number(data["cycleDebounceMs"], "cycleDebounceMs", 0.0, 10000.0)
+        out["cycle_debounce_ms"] = fields.number(data["cycleDebounceMs"], "cycleDebounceMs", minimum=0.0, maximum=10000.0)
     if "reconfigureLeadMs" in data:
-        out["reconfigure_lead_ms"] = _number(data["reconfigureLeadMs"], "reconfigureLeadMs", 0.0, 3_600_000.0)
+        out["reconfigure_lead_ms"] = fields.number(data["reconfigureLeadMs"], "reconfigureLeadMs", minimum=0.0, maximum=3_600_000.0)
     if "events" in data:
-        out["events"] = _bool(data["events"], "events")
+        out["events"] = fields.boolean(data["events"], "events")
     if "watchTimeoutSeconds" in data:
-        out["watch_timeout_s"] = _integer(data["watchTimeoutSeconds"], "watchTimeoutSeconds", 10, 3600)
+        out["watch_timeout_s"] = fields.integer(data["watchTimeoutSeconds"], "watchTimeoutSeconds", 10, 3600)
     settings = dataclasses.replace(base, **out)
     try:
         settings.grid  # noqa: B018 - validates slotMs against maxHyperperiodMs
@@ -136,8 +137,8 @@ def parse(data: Any, base: Settings | None = None) -> Settings:
 
 
 def _capacities(data: Any, base: DefaultCapacities) -> DefaultCapacities:
-    _keys(data, "defaultCapacities", _CAPS)
-    nic = _number(data["nicGbps"], "defaultCapacities.nicGbps", 1e-3, 1e6) if "nicGbps" in data else base.nic_gbps
+    fields.mapping(data, "defaultCapacities", _CAPS)
+    nic = fields.number(data["nicGbps"], "defaultCapacities.nicGbps", minimum=1e-3, maximum=1e6) if "nicGbps" in data else base.nic_gbps
     tiers = dict(base.tier_gbps)
     if "tierGbps" in data:
         raw = data["tierGbps"]
@@ -152,24 +153,24 @@ def _capacities(data: Any, base: DefaultCapacities) -> DefaultCapacities:
                 raise InvalidInput(where, k, "a tier number >= 1 as the key") from None
             if tier < 1:
                 raise InvalidInput(where, k, "a tier number >= 1 as the key")
-            tiers[tier] = _number(v, where, 1e-3, 1e6)
+            tiers[tier] = fields.number(v, where, minimum=1e-3, maximum=1e6)
     return DefaultCapacities(nic, tiers)
 
 
 def _leader(data: Any, base: LeaderElection) -> LeaderElection:
-    _keys(data, "leaderElection", _LEADER)
+    fields.mapping(data, "leaderElection", _LEADER)
     out = dataclasses.replace(
         base,
-        enabled=_bool(data.get("enabled", base.enabled), "leaderElection.enabled"),
-        lease_name=_string(data.get("leaseName", base.lease_name), "leaderElection.leaseName"),
-        lease_namespace=_string(data.get("leaseNamespace", base.lease_namespace), "leaderElection.leaseNamespace",
+        enabled=fields.boolean(data.get("enabled", base.enabled), "leaderElection.enabled"),
+        lease_name=fields.string(data.get("leaseName", base.lease_name), "leaderElection.leaseName"),
+        lease_namespace=fields.string(data.get("leaseNamespace", base.lease_namespace), "leaderElection.leaseNamespace",
                                 allow_empty=True),
-        lease_duration_s=_number(data.get("leaseDurationSeconds", base.lease_duration_s),
-                                 "leaderElection.leaseDurationSeconds", 1.0, 3600.0),
-        renew_deadline_s=_number(data.get("renewDeadlineSeconds", base.renew_deadline_s),
-                                 "leaderElection.renewDeadlineSeconds", 0.5, 3600.0),
-        retry_period_s=_number(data.get("retryPeriodSeconds", base.retry_period_s),
-                               "leaderElection.retryPeriodSeconds", 0.1, 600.0),
+        lease_duration_s=fields.number(data.get("leaseDurationSeconds", base.lease_duration_s),
+                                 "leaderElection.leaseDurationSeconds", minimum=1.0, maximum=3600.0),
+        renew_deadline_s=fields.number(data.get("renewDeadlineSeconds", base.renew_deadline_s),
+                                 "leaderElection.renewDeadlineSeconds", minimum=0.5, maximum=3600.0),
+        retry_period_s=fields.number(data.get("retryPeriodSeconds", base.retry_period_s),
+                               "leaderElection.retryPeriodSeconds", minimum=0.1, maximum=600.0),
     )
     if not out.retry_period_s < out.renew_deadline_s < out.lease_duration_s:
         raise InvalidInput("leaderElection", {"leaseDurationSeconds": out.lease_duration_s,
@@ -177,38 +178,3 @@ def _leader(data: Any, base: LeaderElection) -> LeaderElection:
                                               "retryPeriodSeconds": out.retry_period_s},
                            "retryPeriodSeconds < renewDeadlineSeconds < leaseDurationSeconds")
     return out
-
-
-def _keys(data: Any, where: str, allowed: set[str]) -> None:
-    if not isinstance(data, Mapping):
-        raise InvalidInput(where, data, f"a mapping with keys among {sorted(allowed)}")
-    unknown = sorted(set(data) - allowed)
-    if unknown:
-        prefix = "" if where == "settings" else f"{where}."
-        raise InvalidInput(f"{prefix}{unknown[0]}", data[unknown[0]], f"one of the keys {sorted(allowed)}")
-
-
-def _number(value: Any, where: str, low: float, high: float) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise InvalidInput(where, value, f"a number in [{low:g}, {high:g}]")
-    if not low <= value <= high:
-        raise InvalidInput(where, value, f"a number in [{low:g}, {high:g}]")
-    return float(value)
-
-
-def _integer(value: Any, where: str, low: int, high: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        raise InvalidInput(where, value, f"an integer in [{low}, {high}]")
-    return value
-
-
-def _string(value: Any, where: str, allow_empty: bool = False) -> str:
-    if not isinstance(value, str) or (not value and not allow_empty):
-        raise InvalidInput(where, value, "a string" if allow_empty else "a non-empty string")
-    return value
-
-
-def _bool(value: Any, where: str) -> bool:
-    if not isinstance(value, bool):
-        raise InvalidInput(where, value, "true or false")
-    return value

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any, Mapping
 
 from volcano_metronome.core.errors import InvalidInput
+from volcano_metronome.core.fields import number as number  # re-exported for older callers
 
 #: Largest rate any window may ask for; 1.6 Tbps is above every NIC sold today.
 MAX_GBPS = 1600.0
@@ -102,19 +102,6 @@ def window_from_mapping(data: Any, field: str) -> Window:
         len_ms=number(data.get("len_ms"), f"{field}.len_ms"),
         gbps=number(data.get("gbps"), f"{field}.gbps"),
     )
-
-
-def number(value: Any, field: str) -> float:
-    """A finite real number (bools and strings are refused: YAML and JSON both type numbers)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise InvalidInput(field, value, "a finite number")
-    try:
-        result = float(value)
-    except OverflowError:  # an integer too large for a float
-        raise InvalidInput(field, value, "a finite number") from None
-    if not math.isfinite(result):
-        raise InvalidInput(field, value, "a finite number")
-    return result
 
 
 def validate(profile: Profile) -> None:

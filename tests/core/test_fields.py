@@ -1,0 +1,47 @@
+"""Field checks shared by every parser."""
+
+from __future__ import annotations
+
+import pytest
+
+from volcano_metronome.core import fields
+from volcano_metronome.core.errors import InvalidInput
+
+
+@pytest.mark.parametrize("value, kwargs, expected", [
+    ("5", {}, "a finite number"),
+    (True, {}, "a finite number"),
+    (float("inf"), {}, "a finite number"),
+    (10**400, {}, "a finite number"),
+    (0, {"above": 0.0}, "a number > 0"),
+    (-1, {"minimum": 0.0}, "a number >= 0"),
+    (11, {"minimum": 1.0, "maximum": 10.0}, "a number in [1, 10]"),
+])
+def test_number_refusals_name_the_form(value, kwargs, expected):
+    with pytest.raises(InvalidInput) as err:
+        fields.number(value, "x.y", **kwargs)
+    assert err.value.field == "x.y" and err.value.expected == expected
+
+
+def test_number_integer_boolean_string_accept_good_values():
+    assert fields.number(3, "f", minimum=3.0) == 3.0
+    assert fields.integer(7, "f", 0, 7) == 7
+    assert fields.boolean(False, "f") is False
+    assert fields.string("", "f", allow_empty=True) == ""
+    for bad, check in ((True, fields.integer), (2.0, fields.integer)):
+        with pytest.raises(InvalidInput, match="an integer >= 0"):
+            check(bad, "f", 0)
+    with pytest.raises(InvalidInput, match="non-empty string"):
+        fields.string("", "f")
+
+
+def test_mapping_names_the_unknown_key_under_its_parent():
+    with pytest.raises(InvalidInput) as err:
+        fields.mapping({"a": 1, "zz": 2}, "top", {"a"})
+    assert err.value.field == "top.zz" and "one of the keys ['a']" in str(err.value)
+    with pytest.raises(InvalidInput) as err:
+        fields.mapping({"zz": 2}, "", {"a"})
+    assert err.value.field == "zz"
+    with pytest.raises(InvalidInput) as err:
+        fields.mapping([1], "", {"a"})
+    assert err.value.field == "settings"
