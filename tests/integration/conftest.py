@@ -21,24 +21,14 @@ CONTROL_PLANE_BINARIES = ("etcd", "kube-apiserver")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark this directory's tests ``integration``; drop its ``e2e`` ones unless METRONOME_E2E=1.
+    """Mark this directory's tests ``integration``.
 
-    The e2e tests need kwok (and later Kueue), which the normal CI run does not build: deselected,
-    not skipped, because in CI a skip counts as a failure.
+    Those also marked ``e2e`` (they need kwok) are deselected unless METRONOME_E2E=1 by the
+    suite-wide rule in tests/conftest.py.
     """
-    e2e = os.environ.get("METRONOME_E2E") == "1"
-    keep: list[pytest.Item] = []
-    dropped: list[pytest.Item] = []
     for item in items:
         if _HERE in pathlib.Path(str(item.fspath)).resolve().parents:
             item.add_marker(pytest.mark.integration)
-            if not e2e and item.get_closest_marker("e2e") is not None:
-                dropped.append(item)
-                continue
-        keep.append(item)
-    if dropped:
-        config.hook.pytest_deselected(items=dropped)
-        items[:] = keep
 
 
 def require_binaries(*names: str) -> dict[str, pathlib.Path]:

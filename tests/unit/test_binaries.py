@@ -197,3 +197,24 @@ def test_run_time_files_travel_with_the_binary(
         binaries.binary_path("kwok", root=root, tools=tools)
     (again,) = binaries.build(["kwok"], root=root, tools=tools)
     assert not again.cached and copied.exists()
+
+
+def test_scheduler_and_controller_manager_are_e2e_programs_at_the_api_servers_pins() -> None:
+    """Same module group and module as kube-apiserver (so the same k8s.io pins), built only for e2e."""
+    apiserver = binaries.tool("kube-apiserver")
+    for name in ("kube-scheduler", "kube-controller-manager"):
+        recipe = binaries.tool(name)
+        assert (recipe.group, recipe.module, recipe.tier) == (apiserver.group, apiserver.module, "e2e")
+        assert recipe.version_flags == apiserver.version_flags
+        assert binaries.version_key(name)[0] == binaries.version_key("kube-apiserver")[0]
+    # The normal CI run builds exactly the integration tier.
+    assert binaries.default_names({}) == ("kube-apiserver", "etcd", "helm")
+
+
+def test_kueue_carries_its_own_crds_and_webhook_manifests() -> None:
+    files = binaries.tool("kueue").module_files
+    assert "config/components/webhook/manifests.yaml" in files
+    assert "config/components/webhook/kustomization.yaml" in files
+    crds = [f for f in files if "/crd/bases/" in f]
+    assert any(f.endswith("kueue.x-k8s.io_workloads.yaml") for f in crds)
+    assert any(f.endswith("kueue.x-k8s.io_multikueueclusters.yaml") for f in crds)  # not in shared/upstream

@@ -1,4 +1,4 @@
-"""``volcano-metronome dev-cluster up|down|status``: a local API server with fake GPU nodes to try things on."""
+"""``volcano-metronome dev-cluster up|down|status``: the whole local stack, with fake GPU nodes, to try things on."""
 
 from __future__ import annotations
 
@@ -14,15 +14,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     actions = parser.add_subparsers(dest="dev_action", metavar="ACTION", required=True)
     up = actions.add_parser(
         "up",
-        help="start etcd, kube-apiserver and kwok in the background, install CRDs and fake nodes",
-        description="Start the dev cluster in the background (or report the running one).",
+        help="start the local stack in the background: control plane, scheduler, controller-manager, "
+        "kwok nodes, Kueue, our CRDs, webhook and controller",
+        description="Start the dev cluster in the background (or report the running one). Components whose "
+        "program is not built are left out and named.",
     )
     up.add_argument("--racks", type=int, default=4, help="leaf switches, one rack each (default 4)")
     up.add_argument("--nodes-per-rack", type=int, default=4, help="fake nodes per rack (default 4)")
     up.add_argument("--gpus-per-node", type=int, default=8, help="nvidia.com/gpu per node (default 8)")
     down = actions.add_parser("down", help="stop every process of the dev cluster")
     down.add_argument("--purge", action="store_true", help="also delete its certificates, data and logs")
-    status = actions.add_parser("status", help="tell whether the dev cluster runs")
+    status = actions.add_parser("status", help="report each process of the dev cluster")
     status.add_argument("--json", action="store_true", help="print the status as JSON")
 
 
@@ -53,7 +55,9 @@ def run(args: argparse.Namespace) -> int:
         print(f"dev cluster not started (state in {current.state_dir})")
     else:
         for name, alive in current.processes.items():
-            print(f"{name:<15} {'running' if alive else 'stopped'}")
+            print(f"{name:<24} {'running' if alive else 'stopped'}")
+        for name, reason in current.skipped.items():
+            print(f"{name:<24} not started: {reason}")
         print(f"API server {current.server_url}: {'ready' if current.ready else 'not ready'}")
         print(f"kubeconfig: {current.kubeconfig}")
     return 0 if current.running and current.ready else 1

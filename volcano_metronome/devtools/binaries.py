@@ -80,6 +80,24 @@ class BuildResult:
 
 
 _K8S_VERSION = "k8s.io/component-base/version"
+# Without these a Kubernetes program reports v0.0.0-master, which clients that gate features on the
+# server version (Kueue, kubectl) misread.
+_K8S_VERSION_FLAGS = (
+    f"{_K8S_VERSION}.gitVersion={{version}}",
+    f"{_K8S_VERSION}.gitMajor={{major}}",
+    f"{_K8S_VERSION}.gitMinor={{minor}}",
+    f"{_K8S_VERSION}.gitTreeState=clean",
+)
+# Kueue's own CRDs and webhook registrations at the pinned version: the manager must run against the
+# CRDs it was built with, and out of cluster its webhooks are registered from these manifests.
+_KUEUE_CRDS = tuple(
+    f"config/components/crd/bases/kueue.x-k8s.io_{plural}.yaml"
+    for plural in (
+        "admissionchecks", "clusterqueues", "cohorts", "localqueues", "multikueueclusters", "multikueueconfigs",
+        "provisioningrequestconfigs", "resourceflavors", "topologies", "workloadpriorityclasses", "workloads",
+    )
+)
+_KUEUE_WEBHOOKS = ("config/components/webhook/manifests.yaml", "config/components/webhook/kustomization.yaml")
 TOOLS: dict[str, Tool] = {
     tool.name: tool
     for tool in (
@@ -89,14 +107,7 @@ TOOLS: dict[str, Tool] = {
             package="k8s.io/kubernetes/cmd/kube-apiserver",
             module="k8s.io/kubernetes",
             tier="integration",
-            # Without these the server reports v0.0.0-master, which clients that gate features on
-            # the server version (Kueue, kubectl) misread.
-            version_flags=(
-                f"{_K8S_VERSION}.gitVersion={{version}}",
-                f"{_K8S_VERSION}.gitMajor={{major}}",
-                f"{_K8S_VERSION}.gitMinor={{minor}}",
-                f"{_K8S_VERSION}.gitTreeState=clean",
-            ),
+            version_flags=_K8S_VERSION_FLAGS,
         ),
         Tool(
             name="etcd",
@@ -112,6 +123,22 @@ TOOLS: dict[str, Tool] = {
             module="helm.sh/helm/v3",
             tier="integration",
             version_flags=("helm.sh/helm/v3/internal/version.version={version}",),
+        ),
+        Tool(
+            name="kube-scheduler",
+            group="controlplane",
+            package="k8s.io/kubernetes/cmd/kube-scheduler",
+            module="k8s.io/kubernetes",
+            tier="e2e",
+            version_flags=_K8S_VERSION_FLAGS,
+        ),
+        Tool(
+            name="kube-controller-manager",
+            group="controlplane",
+            package="k8s.io/kubernetes/cmd/kube-controller-manager",
+            module="k8s.io/kubernetes",
+            tier="e2e",
+            version_flags=_K8S_VERSION_FLAGS,
         ),
         Tool(
             name="kwok",
@@ -137,6 +164,7 @@ TOOLS: dict[str, Tool] = {
             module="sigs.k8s.io/kueue",
             tier="e2e",
             version_flags=("sigs.k8s.io/kueue/pkg/version.GitVersion={version}",),
+            module_files=_KUEUE_CRDS + _KUEUE_WEBHOOKS,
         ),
     )
 }

@@ -6,9 +6,10 @@ directory, and waits until ``/readyz`` answers over mutual TLS. ``stop()`` kills
 and waits until their ports are free again.
 
 What this is not: there is no kube-controller-manager and no scheduler, so nothing garbage-collects,
-namespaces never finish terminating, and pods stay Pending unless something binds them. The
-``ServiceAccount`` admission plugin is disabled because nothing creates the ``default`` service
-account of new namespaces.
+namespaces never finish terminating, and pods stay Pending unless something binds them (the whole
+stack, with both, is :mod:`volcano_metronome.devtools.stack`). The ``ServiceAccount`` admission
+plugin is disabled because nothing creates the ``default`` service account of new namespaces (and
+in the stack, pods need no service-account token: nothing runs in them).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ import urllib.error
 import urllib.request
 from dataclasses import asdict, dataclass
 from types import TracebackType
-from typing import Sequence
+from typing import Mapping, Sequence
 
 import yaml
 
@@ -158,6 +159,10 @@ class ControlPlane:
         """The log file of ``etcd`` or ``kube-apiserver``."""
         return self.work_dir / f"{name}.log"
 
+    def records(self) -> dict[str, ProcessRecord]:
+        """The identities of the running processes (pid and start time: safe to signal later)."""
+        return dict(self._records)
+
     def pids(self) -> dict[str, int]:
         """Process ids (each also its process group id) of the running processes."""
         return {name: record.pid for name, record in self._records.items()}
@@ -218,7 +223,7 @@ class ControlPlane:
         ports = self._ports
         self._kill_all()
         if ports is not None:
-            _wait_ports_free(ports.all(), timeout=10.0)
+            wait_ports_free(ports.all(), timeout=10.0)
         (self.work_dir / _STATE_FILE).unlink(missing_ok=True)
         if not self.keep_work_dir:
             shutil.rmtree(self.work_dir, ignore_errors=True)
@@ -227,7 +232,7 @@ class ControlPlane:
         """Stop kube-apiserver and start it again on the same port with the same etcd data."""
         apiserver = self._apiserver_binary or binaries.binary_path("kube-apiserver")
         self._kill("kube-apiserver")
-        _wait_ports_free((self.ports.apiserver,), timeout=10.0)
+        wait_ports_free((self.ports.apiserver,), timeout=10.0)
         self._start_process("kube-apiserver", self._apiserver_args(apiserver))
         self._wait_apiserver()
         self._save_state()
@@ -303,9 +308,9 @@ class ControlPlane:
             # Reusing the ports of the previous start keeps a kubeconfig handed out earlier valid.
             with contextlib.suppress(ValueError, TypeError, OSError):
                 ports = Ports(**json.loads(saved.read_text()))
-                if all(_port_free(port) for port in ports.all()):
+                if all(port_free(port) for port in ports.all()):
                     return ports
-        ports = Ports(*_free_ports(3))
+        ports = Ports(*free_ports(3))
         saved.write_text(json.dumps(asdict(ports)) + "\n")
         return ports
 
@@ -454,7 +459,8 @@ class ControlPlane:
         (self.work_dir / _STATE_FILE).write_text(json.dumps(state, indent=2) + "\n")
 
 
-def _free_ports(count: int) -> list[int]:
+def free_ports(count: int) -> list[int]:
+    """``count`` distinct loopback ports that are free right now."""
     sockets: list[socket.socket] = []
     try:
         # Hold all of them open at once so the kernel hands out distinct ports.
@@ -468,7 +474,8 @@ def _free_ports(count: int) -> list[int]:
             sock.close()
 
 
-def _port_free(port: int) -> bool:
+def port_free(port: int) -> bool:
+    """Whether a listener could bind ``port`` on loopback now."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         # Same option the Go servers set: a port in TIME_WAIT is free for a listener.
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -479,10 +486,11 @@ def _port_free(port: int) -> bool:
         return True
 
 
-def _wait_ports_free(ports: Sequence[int], *, timeout: float) -> None:
+def wait_ports_free(ports: Sequence[int], *, timeout: float) -> None:
+    """Wait until every port is free; raise :class:`ControlPlaneError` naming the busy ones after ``timeout``."""
     deadline = time.monotonic() + timeout
     while True:
-        busy = [port for port in ports if not _port_free(port)]
+        busy = [port for port in ports if not port_free(port)]
         if not busy:
             return
         if time.monotonic() > deadline:
@@ -490,8 +498,18 @@ def _wait_ports_free(ports: Sequence[int], *, timeout: float) -> None:
         time.sleep(0.1)
 
 
-def spawn(name: str, args: Sequence[str], *, log_path: pathlib.Path, cwd: pathlib.Path) -> tuple[subprocess.Popen[bytes], ProcessRecord]:
-    """Start ``args`` in its own session and process group, output appended to ``log_path``."""
+def spawn(
+    name: str,
+    args: Sequence[str],
+    *,
+    log_path: pathlib.Path,
+    cwd: pathlib.Path,
+    env: Mapping[str, str] | None = None,
+) -> tuple[subprocess.Popen[bytes], ProcessRecord]:
+    """Start ``args`` in its own session and process group, output appended to ``log_path``.
+
+    ``env`` replaces the environment (default: this process's).
+    """
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "ab") as log:
         log.write(f"--- {time.strftime('%Y-%m-%dT%H:%M:%S')} starting: {' '.join(args)}\n".encode())
@@ -503,6 +521,7 @@ def spawn(name: str, args: Sequence[str], *, log_path: pathlib.Path, cwd: pathli
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 cwd=cwd,
+                env=None if env is None else dict(env),
                 # Its own session and process group: terminate() kills the whole group, and a
                 # detached dev cluster survives the terminal that started it.
                 start_new_session=True,

@@ -1,11 +1,11 @@
-"""A local cluster to try volcano-metronome by hand: control plane, CRDs, kwok fake GPU nodes.
+"""A local cluster to try volcano-metronome by hand: the whole local stack, left running in the background.
 
-``up()`` starts etcd and kube-apiserver detached from the calling process, installs the upstream
-Volcano and Kueue CRDs and ours, creates fake nodes in a leaf-spine layout (racks of nodes behind
-leaf switches, racks grouped in zones under spines) and, when the kwok binary is built, starts kwok
-so that those nodes report Ready and pods bound to them run. State lives in
-``~/.cache/volcano-metronome/dev-cluster/`` (``METRONOME_DEV_CLUSTER_DIR`` overrides); ``down()``
-stops every process recorded there.
+``up()`` starts a :class:`~volcano_metronome.devtools.stack.Stack` (control plane, kube-controller-
+manager, kube-scheduler, kwok with fake GPU nodes, our CRDs, webhook and controller, the Kueue
+manager) with every component whose program is built, detaches from it, and writes sample
+manifests. State lives in ``~/.cache/volcano-metronome/dev-cluster/``
+(``METRONOME_DEV_CLUSTER_DIR`` overrides); ``down()`` stops every process recorded there and
+``status()`` reports each one.
 """
 
 from __future__ import annotations
@@ -14,63 +14,102 @@ import json
 import os
 import pathlib
 import shutil
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any, Callable
 
-from volcano_metronome.devtools import binaries
-from volcano_metronome.devtools.apply import ApiClient
-from volcano_metronome.devtools.controlplane import (
-    ControlPlane,
-    ControlPlaneError,
-    ProcessRecord,
-    is_alive,
-    spawn,
-    terminate,
-)
+import yaml
 
-RACK_LABEL = "metronome.dev/rack"
-ZONE_LABEL = "topology.kubernetes.io/zone"
-GPU_RESOURCE = "nvidia.com/gpu"
-KWOK_ANNOTATION = "kwok.x-k8s.io/node"
+from volcano_metronome import api
+from volcano_metronome.devtools.controlplane import ControlPlane, ProcessRecord, is_alive, terminate
+from volcano_metronome.devtools.fabric import GPU_RESOURCE as GPU_RESOURCE
+from volcano_metronome.devtools.fabric import KWOK_ANNOTATION as KWOK_ANNOTATION
+from volcano_metronome.devtools.fabric import RACK_LABEL as RACK_LABEL
+from volcano_metronome.devtools.fabric import ZONE_LABEL as ZONE_LABEL
+from volcano_metronome.devtools.fabric import Layout as Layout
+from volcano_metronome.devtools.fabric import fake_nodes as fake_nodes
+from volcano_metronome.devtools.fabric import node_summary as node_summary
+from volcano_metronome.devtools.sources import our_crd_files as our_crd_files
+from volcano_metronome.devtools.sources import repo_root as repo_root
+from volcano_metronome.devtools.sources import upstream_crd_files as upstream_crd_files
+from volcano_metronome.devtools.sources import upstream_dir as upstream_dir
+from volcano_metronome.devtools.stack import Stack
 
-SAMPLE_JOB = """\
-# A Volcano Job whose workers communicate 60 ms of every 200 ms at 100 Gbps.
-apiVersion: batch.volcano.sh/v1alpha1
+SAMPLE_PODGROUP_FILE = "sample-podgroup.yaml"
+SAMPLE_KUEUE_FILE = "sample-kueue.yaml"
+
+SAMPLE_PODGROUP_HEADER = """\
+# A Volcano-shaped gang: a PodGroup and the pods that name it, as vc-controller-manager would
+# create them for a Volcano Job. There is no Volcano scheduler here, so the pods use the default
+# scheduler, which binds them where our controller pinned them. Each pod bursts 60 ms of every
+# 200 ms at 60 Gbps; the profile is on the pods too, so the webhook gates them even if they reach
+# it before it has seen their PodGroup.
+"""
+SAMPLE_PROFILE = {api.PERIOD_MS: "200", api.WINDOWS: '[{"start_ms": 0, "len_ms": 60, "gbps": 60}]'}
+
+SAMPLE_KUEUE = """\
+# Kueue: a ClusterQueue that lists our AdmissionCheck, so Kueue holds each Workload until our
+# controller has chosen its nodes and offset; then a Job of three 8-GPU pods (three nodes).
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: AdmissionCheck
+metadata:
+  name: metronome-placement
+spec:
+  controllerName: metronome.dev/placement
+---
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: ResourceFlavor
+metadata:
+  name: default-flavor
+---
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: ClusterQueue
+metadata:
+  name: cluster-queue
+spec:
+  namespaceSelector: {}
+  admissionChecksStrategy:
+    admissionChecks:
+      - name: metronome-placement
+  resourceGroups:
+    - coveredResources: ["cpu", "memory", "nvidia.com/gpu"]
+      flavors:
+        - name: default-flavor
+          resources:
+            - {name: cpu, nominalQuota: 64}
+            - {name: memory, nominalQuota: 256Gi}
+            - {name: nvidia.com/gpu, nominalQuota: 128}
+---
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: LocalQueue
+metadata:
+  name: user-queue
+  namespace: default
+spec:
+  clusterQueue: cluster-queue
+---
+apiVersion: batch/v1
 kind: Job
 metadata:
-  name: allreduce-demo
+  name: resnet50-demo
   namespace: default
+  labels:
+    kueue.x-k8s.io/queue-name: user-queue
   annotations:
-    metronome.dev/period-ms: "200"
-    metronome.dev/windows: '[{"start_ms": 0, "len_ms": 60, "gbps": 100}]'
+    metronome.dev/model: resnet50
 spec:
-  minAvailable: 4
-  schedulerName: volcano
-  queue: default
-  tasks:
-    - name: worker
-      replicas: 4
-      template:
-        spec:
-          restartPolicy: Never
-          containers:
-            - name: worker
-              image: busybox
-              command: ["sleep", "3600"]
-              resources:
-                limits:
-                  nvidia.com/gpu: 8
+  parallelism: 3
+  completions: 3
+  template:
+    spec:
+      restartPolicy: Never
+      containers:
+        - name: train
+          image: busybox
+          command: ["sleep", "60"]
+          resources:
+            requests: {cpu: "1", memory: 200Mi}
+            limits: {nvidia.com/gpu: 8}
 """
-
-
-@dataclass(frozen=True)
-class Layout:
-    """The fake fabric: ``racks`` leaf switches with ``nodes_per_rack`` nodes each, two racks per zone."""
-
-    racks: int = 4
-    nodes_per_rack: int = 4
-    gpus_per_node: int = 8
-    racks_per_zone: int = 2
 
 
 @dataclass(frozen=True)
@@ -83,6 +122,7 @@ class Status:
     server_url: str | None
     kubeconfig: pathlib.Path | None
     processes: dict[str, bool]
+    skipped: dict[str, str] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-friendly form."""
@@ -103,65 +143,38 @@ def state_dir(environ: dict[str, str] | None = None) -> pathlib.Path:
     return base / "volcano-metronome" / "dev-cluster"
 
 
-def repo_root() -> pathlib.Path:
-    """The checkout this package runs from (the parent of ``tools/``)."""
-    return binaries.tools_dir().parent
-
-
-def upstream_dir(environ: dict[str, str] | None = None) -> pathlib.Path:
-    """``shared/upstream`` beside the checkout (``METRONOME_UPSTREAM_DIR`` overrides)."""
-    env = os.environ if environ is None else environ
-    override = env.get("METRONOME_UPSTREAM_DIR")
-    path = pathlib.Path(override).expanduser() if override else repo_root().parent / "shared" / "upstream"
-    if not (path / "crds").is_dir():
-        raise ControlPlaneError(f"no upstream CRDs in {path / 'crds'}; set METRONOME_UPSTREAM_DIR to the shared/upstream directory")
-    return path
-
-
-def upstream_crd_files(upstream: pathlib.Path | None = None) -> list[pathlib.Path]:
-    """The Volcano and Kueue CRDs our product works with."""
-    crds = (upstream or upstream_dir()) / "crds"
-    return sorted((crds / "volcano").glob("*.yaml")) + sorted((crds / "kueue").glob("*.yaml"))
-
-
-def our_crd_files(root: pathlib.Path | None = None) -> list[pathlib.Path]:
-    """Every ``crds/*.yaml`` of the checkout (examples in sub-directories are not CRDs)."""
-    return sorted(((root or repo_root()) / "crds").glob("*.yaml"))
-
-
-def fake_nodes(layout: Layout = Layout()) -> list[dict[str, Any]]:
-    """Node objects for kwok: rack and zone labels, GPUs, CPU and memory in allocatable."""
-    nodes = []
-    for rack in range(layout.racks):
-        zone = f"zone-{rack // layout.racks_per_zone}"
-        for index in range(layout.nodes_per_rack):
-            name = f"gpu-r{rack}-n{index}"
-            resources = {
-                "cpu": "64",
-                "memory": "512Gi",
-                "pods": "110",
-                GPU_RESOURCE: str(layout.gpus_per_node),
-            }
-            nodes.append(
-                {
-                    "apiVersion": "v1",
-                    "kind": "Node",
-                    "metadata": {
-                        "name": name,
-                        "annotations": {KWOK_ANNOTATION: "fake", "node.alpha.kubernetes.io/ttl": "0"},
-                        "labels": {
-                            "kubernetes.io/hostname": name,
-                            "kubernetes.io/os": "linux",
-                            "kubernetes.io/arch": "amd64",
-                            "type": "kwok",
-                            RACK_LABEL: f"rack-{rack}",
-                            ZONE_LABEL: zone,
-                        },
-                    },
-                    "status": {"allocatable": resources, "capacity": resources},
-                }
-            )
-    return nodes
+def sample_podgroup(members: int = 2, name: str = "allreduce-demo") -> str:
+    """The PodGroup sample: a PodGroup and ``members`` pods of 8 GPUs naming it, in ``default``."""
+    group = {
+        "apiVersion": "scheduling.volcano.sh/v1beta1",
+        "kind": "PodGroup",
+        "metadata": {"name": name, "namespace": "default", "annotations": dict(SAMPLE_PROFILE)},
+        "spec": {"minMember": members, "queue": "default"},
+    }
+    pods = [
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": f"{name}-worker-{index}",
+                "namespace": "default",
+                "annotations": {api.VOLCANO_GROUP_NAME: name, **SAMPLE_PROFILE},
+            },
+            "spec": {
+                "restartPolicy": "OnFailure",
+                "containers": [
+                    {
+                        "name": "worker",
+                        "image": "busybox",
+                        "command": ["sleep", "3600"],
+                        "resources": {"limits": {GPU_RESOURCE: "8"}},
+                    }
+                ],
+            },
+        }
+        for index in range(members)
+    ]
+    return SAMPLE_PODGROUP_HEADER + yaml.safe_dump_all([group, *pods], sort_keys=False)
 
 
 def up(
@@ -179,27 +192,11 @@ def up(
     if current.processes:
         # Half of it is running (a crash, a reboot): start clean rather than guess.
         down(directory=directory)
-    directory.mkdir(parents=True, exist_ok=True)
-    plane = ControlPlane(directory / "controlplane", keep_work_dir=True)
-    progress("starting etcd and kube-apiserver ...")
-    plane.start()
-    plane.detach()
-    try:
-        client = ApiClient.from_kubeconfig(plane.kubeconfig_path)
-        crds = upstream_crd_files() + our_crd_files()
-        progress(f"installing {len(crds)} CRDs ...")
-        client.install_crds(crds)
-        nodes = fake_nodes(layout)
-        progress(f"creating {len(nodes)} fake nodes in {layout.racks} racks ...")
-        for node in nodes:
-            client.apply(node)
-            # Status is a subresource: the apply above only keeps labels and annotations.
-            client.apply({k: node[k] for k in ("apiVersion", "kind", "metadata", "status")}, subresource="status")
-        _start_kwok(directory, plane, progress)
-    except BaseException:
-        down(directory=directory)
-        raise
-    (directory / "sample-job.yaml").write_text(SAMPLE_JOB)
+    stack = Stack(directory, layout=layout)
+    stack.start(progress)
+    stack.detach()
+    (directory / SAMPLE_PODGROUP_FILE).write_text(sample_podgroup())
+    (directory / SAMPLE_KUEUE_FILE).write_text(SAMPLE_KUEUE)
     return status(directory)
 
 
@@ -207,14 +204,18 @@ def down(*, directory: pathlib.Path | None = None, purge: bool = False) -> bool:
     """Stop every process of the dev cluster; ``purge`` also deletes its data. True if any ran."""
     directory = directory or state_dir()
     stopped = False
-    kwok_state = directory / "kwok.json"
-    if kwok_state.exists():
-        record = _read_record(kwok_state)
+    legacy_kwok = directory / "kwok.json"  # written by dev clusters started before the stack existed
+    if legacy_kwok.exists():
+        record = _read_record(legacy_kwok)
         if record is not None and is_alive(record):
             terminate(record)
             stopped = True
-        kwok_state.unlink(missing_ok=True)
-    if (directory / "controlplane" / "state.json").exists():
+        legacy_kwok.unlink(missing_ok=True)
+    if Stack.exists(directory):
+        stack = Stack.attach(directory)
+        stopped = any(stack.running().values()) or stopped
+        stack.stop()
+    elif (directory / "controlplane" / "state.json").exists():
         plane = ControlPlane.attach(directory / "controlplane")
         stopped = any(plane.running().values()) or stopped
         plane.stop()
@@ -226,49 +227,14 @@ def down(*, directory: pathlib.Path | None = None, purge: bool = False) -> bool:
 def status(directory: pathlib.Path | None = None) -> Status:
     """Which processes of the dev cluster run and whether its API server is ready."""
     directory = directory or state_dir()
-    processes: dict[str, bool] = {}
-    server_url: str | None = None
-    kubeconfig: pathlib.Path | None = None
-    ready = False
-    if (directory / "controlplane" / "state.json").exists():
-        plane = ControlPlane.attach(directory / "controlplane")
-        processes.update(plane.running())
-        server_url = plane.server_url
-        kubeconfig = plane.kubeconfig_path
-        ready = all(processes.values()) and plane.is_ready()
-    record = _read_record(directory / "kwok.json")
-    if record is not None:
-        processes["kwok"] = is_alive(record)
+    if not Stack.exists(directory):
+        return Status(directory, False, False, None, None, {})
+    stack = Stack.attach(directory)
+    processes = stack.running()
     running = bool(processes) and all(processes.values())
-    return Status(directory, running, ready, server_url, kubeconfig, processes)
-
-
-def _start_kwok(directory: pathlib.Path, plane: ControlPlane, progress: Callable[[str], None]) -> None:
-    try:
-        kwok = binaries.binary_path("kwok")
-    except binaries.MissingBinary as exc:
-        progress(f"kwok is not built, so the fake nodes stay NotReady: {exc}")
-        return
-    # kwok run on its own reads its Stage objects (how fake nodes and pods move through their
-    # lifecycle) from --config; the build copied upstream's default stages beside the binary.
-    stages = [binaries.module_file("kwok", relative).read_text() for relative in binaries.tool("kwok").module_files]
-    config = directory / "kwok-stages.yaml"
-    config.write_text("\n---\n".join(stage.strip() for stage in stages) + "\n")
-    args = [
-        str(kwok),
-        f"--config={config}",
-        f"--kubeconfig={plane.kubeconfig_path}",
-        "--manage-all-nodes=false",
-        f"--manage-nodes-with-annotation-selector={KWOK_ANNOTATION}=fake",
-        "--manage-nodes-with-label-selector=",
-        "--manage-single-node=",
-        "--cidr=10.0.1.0/24",
-        "--node-ip=10.0.1.1",
-        "--node-lease-duration-seconds=40",
-    ]
-    _, record = spawn("kwok", args, log_path=directory / "kwok.log", cwd=directory)
-    (directory / "kwok.json").write_text(json.dumps(asdict(record), indent=2) + "\n")
-    progress(f"kwok started (pid {record.pid}, log {directory / 'kwok.log'})")
+    ready = running and stack.plane.is_ready()
+    server_url = stack.plane.server_url if stack.plane.records() else None
+    return Status(directory, running, ready, server_url, stack.kubeconfig_path, processes, stack.skipped)
 
 
 def _read_record(path: pathlib.Path) -> ProcessRecord | None:
@@ -280,26 +246,21 @@ def _read_record(path: pathlib.Path) -> ProcessRecord | None:
 
 def sample_text(current: Status) -> str:
     """The lines ``dev-cluster up`` prints: how to point kubectl at the cluster and what to apply."""
-    sample = current.state_dir / "sample-job.yaml"
-    return "\n".join(
-        [
-            f"API server: {current.server_url}",
-            f"kubeconfig: {current.kubeconfig}",
-            "",
-            f"  export KUBECONFIG={current.kubeconfig}",
-            "  kubectl get nodes -L metronome.dev/rack,topology.kubernetes.io/zone",
-            f"  kubectl apply -f {sample}",
-            "",
-            "Stop it with `volcano-metronome dev-cluster down`.",
-        ]
-    )
-
-
-def node_summary(layout: Layout) -> str:
-    """One line describing the fake fabric."""
-    total = layout.racks * layout.nodes_per_rack
-    return (
-        f"{total} nodes ({layout.gpus_per_node} x {GPU_RESOURCE} each) in {layout.racks} racks "
-        f"({RACK_LABEL}), {layout.racks_per_zone} racks per zone ({ZONE_LABEL})"
-    )
-
+    lines = [
+        f"API server: {current.server_url}",
+        f"kubeconfig: {current.kubeconfig}",
+        "",
+        f"  export KUBECONFIG={current.kubeconfig}",
+        "  kubectl get nodes -L metronome.dev/rack,topology.kubernetes.io/zone",
+        f"  kubectl apply -f {current.state_dir / SAMPLE_PODGROUP_FILE}   # a Volcano-shaped gang",
+    ]
+    if "kueue" in current.processes:
+        lines.append(f"  kubectl apply -f {current.state_dir / SAMPLE_KUEUE_FILE}      # a Kueue Job, held by our AdmissionCheck")
+    lines += [
+        "  kubectl get stbandwidthclaims -A; kubectl get pods -o wide",
+        "",
+    ]
+    for name, reason in current.skipped.items():
+        lines.append(f"not running: {name} ({reason})")
+    lines.append("Stop it with `volcano-metronome dev-cluster down`.")
+    return "\n".join(lines)

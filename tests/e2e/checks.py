@@ -1,0 +1,63 @@
+"""Assertions shared by the e2e tests: pods bound where the claim says, with the claim's timing."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any, Iterable, Mapping
+
+from volcano_metronome import api, kube
+from volcano_metronome.controller import objects
+
+JSON = dict[str, Any]
+
+
+def decided(claim: Mapping[str, Any]) -> bool:
+    """Whether the claim's status records a placement (nodes chosen, condition Placed=True)."""
+    status = claim.get("status") or {}
+    return bool(status.get("nodes")) and objects.condition_true(claim, "Placed")
+
+
+def assert_bound_as_decided(pods: Iterable[Mapping[str, Any]], claim: Mapping[str, Any]) -> None:
+    """Each pod is bound to a node of the claim's decision (each node gets exactly its members) and
+    carries the claim's offset, period and epoch; its node affinity pins it to that node."""
+    status = claim["status"]
+    pods = list(pods)
+    slots = Counter(dict(zip(status["nodes"], status["members"])))
+    bound = Counter(str(p["spec"].get("nodeName")) for p in pods)
+    assert bound == slots, f"pods bound {dict(bound)}, decision {dict(slots)} ({objects.name(claim)})"
+    for pod in pods:
+        node = pod["spec"]["nodeName"]
+        assert objects.pinned_node(pod) == node, f"{objects.name(pod)}: affinity pins {objects.pinned_node(pod)}, bound to {node}"
+        annotations = objects.annotations_of(pod)
+        assert annotations[api.OFFSET_MS] == objects.number_text(status["offsetMs"]), objects.name(pod)
+        assert annotations[api.PERIOD_MS] == objects.number_text(status["periodMs"]), objects.name(pod)
+        assert annotations[api.EPOCH] == str(status["epoch"]), objects.name(pod)
+        assert not objects.gated_by_us(pod)
+
+
+def bound(pods: Iterable[Mapping[str, Any]]) -> bool:
+    """Every pod has a node (kube-scheduler bound it)."""
+    pods = list(pods)
+    return bool(pods) and all(p["spec"].get("nodeName") for p in pods)
+
+
+def running(pods: Iterable[Mapping[str, Any]]) -> bool:
+    """Every pod runs (kwok started it on its fake node)."""
+    pods = list(pods)
+    return bool(pods) and all((p.get("status") or {}).get("phase") == "Running" for p in pods)
+
+
+def gpus_in_use(k: kube.Kube) -> int:
+    """GPUs requested by bound, non-terminal pods anywhere in the cluster."""
+    pods = k.list(kube.PODS, field_selector="spec.nodeName!=")["items"]
+    return sum(objects.pod_gpus(p, "nvidia.com/gpu") for p in pods if not objects.pod_terminal(p))
+
+
+def held_claims(k: kube.Kube) -> list[str]:
+    """Claims anywhere whose status still holds nodes."""
+    return [f"{objects.namespace(c)}/{objects.name(c)}" for c in k.list(kube.CLAIMS)["items"] if decided(c)]
+
+
+def created_gated(first_version: Mapping[str, Any]) -> bool:
+    """The pod as created (its first recorded version) carried our scheduling gate."""
+    return api.SCHEDULING_GATE in objects.gates(first_version)

@@ -1,0 +1,477 @@
+"""The whole local stack: a real control plane, the Kubernetes components around it, Kueue, and ours.
+
+``Stack`` starts, in this order, each as a local process with its log in the stack's directory:
+
+1. etcd + kube-apiserver (:class:`~volcano_metronome.devtools.controlplane.ControlPlane`), then the
+   namespaces ``volcano-metronome`` and ``kueue-system``, the Volcano CRDs (``shared/upstream``), the
+   Kueue CRDs (those of the Kueue build when Kueue runs, else ``shared/upstream``'s), ours, and the
+   fake nodes of the fabric (:mod:`~volcano_metronome.devtools.fabric`);
+2. **kube-controller-manager** (Jobs create pods, garbage collection, namespace deletion, service
+   accounts, node taints; :data:`~volcano_metronome.devtools.components.CONTROLLERS`);
+3. **kube-scheduler** (binds pods, honouring the node affinity our controller writes);
+4. **kwok** (the fake nodes report Ready, pods bound to them run);
+5. **our webhook** under gunicorn, registered by URL with its caBundle: the chart's
+   MutatingWebhookConfiguration with ``webhook.podSelection=all`` (pods of directly created
+   PodGroups carry only Volcano's ``scheduling.k8s.io/group-name`` annotation);
+6. **the Kueue manager**, run out of cluster: its webhooks registered by URL with the caBundle of a
+   certificate made here, internal certificate management off;
+7. **our controller**, leader-elected in ``volcano-metronome``.
+
+Each step waits until its component is ready (health endpoint, nodes Ready, a dry-run request
+mutated by the webhook just registered), so a started stack is usable at once. A component whose
+program is not built is skipped with a note unless it is ``required``; the e2e tier requires all.
+``detach()`` / :meth:`Stack.attach` let ``dev-cluster`` leave the stack running between commands.
+
+The Volcano scheduler and controller-manager are not part of it: their Go module cannot be fetched
+(see docs/control-plane.md).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import shutil
+import ssl
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable, Iterable, Mapping
+
+import yaml
+
+from volcano_metronome import api, pki
+from volcano_metronome.devtools import binaries, components, registrations, sources
+from volcano_metronome.devtools.apply import ApiClient, ApiError
+from volcano_metronome.devtools.controlplane import (
+    LOOPBACK,
+    ControlPlane,
+    ControlPlaneError,
+    ProcessRecord,
+    free_ports,
+    is_alive,
+    spawn,
+    terminate,
+    wait_ports_free,
+)
+from volcano_metronome.devtools.fabric import Layout, fake_nodes
+
+NAMESPACE = "volcano-metronome"
+KUEUE_NAMESPACE = "kueue-system"
+RELEASE = "metronome"  # the Helm release name the webhook configuration is rendered with
+WEBHOOK_CHART_VALUES: Mapping[str, Any] = {"webhook": {"podSelection": "all"}}
+CONTROLLER_IDENTITY = "local-stack"
+
+# In start order; stopped in reverse.
+COMPONENTS = ("kube-controller-manager", "kube-scheduler", "kwok", "webhook", "kueue", "controller")
+# The programs from the binary cache each component needs.
+PROGRAMS: Mapping[str, tuple[str, ...]] = {
+    "kube-controller-manager": ("kube-controller-manager",),
+    "kube-scheduler": ("kube-scheduler",),
+    "kwok": ("kwok",),
+    "webhook": ("helm",),  # renders the chart's webhook configuration
+    "kueue": ("kueue",),
+    "controller": (),
+}
+_STATE_FILE = "stack.json"
+_LOG_TAIL_LINES = 40
+
+
+class StackError(ControlPlaneError):
+    """A component could not start or become ready; carries the tail of its log."""
+
+
+@dataclass
+class _Process:
+    record: ProcessRecord
+    port: int | None = None
+    child: subprocess.Popen[bytes] | None = field(default=None, repr=False)
+
+
+class Stack:
+    """The local stack in ``directory``; a context manager, or ``start()`` / ``stop()``."""
+
+    def __init__(
+        self,
+        directory: pathlib.Path,
+        *,
+        layout: Layout = Layout(),
+        components: Iterable[str] = COMPONENTS,
+        required: Iterable[str] = (),
+        ready_timeout: float = 120.0,
+        controller_settings: Mapping[str, Any] | None = None,
+    ) -> None:
+        self.directory = pathlib.Path(directory)
+        self.layout = layout
+        wanted, required = set(components), set(required)
+        self.components = tuple(name for name in COMPONENTS if name in wanted)
+        unknown = (wanted | required) - set(COMPONENTS)
+        if unknown:
+            raise StackError(f"unknown components {sorted(unknown)}; known: {', '.join(COMPONENTS)}")
+        self.required = frozenset(required)
+        self.ready_timeout = ready_timeout
+        self.controller_settings = dict(controller_settings or {})
+        self.plane = ControlPlane(self.directory / "controlplane", keep_work_dir=True)
+        self.skipped: dict[str, str] = {}
+        self._processes: dict[str, _Process] = {}
+
+    # ------------------------------------------------------------------ identity
+    @property
+    def kubeconfig_path(self) -> pathlib.Path:
+        """The admin kubeconfig of the stack's API server."""
+        return self.plane.kubeconfig_path
+
+    def log_path(self, name: str) -> pathlib.Path:
+        """The log file of component ``name`` (etcd and kube-apiserver log in ``controlplane/``)."""
+        if name in ("etcd", "kube-apiserver"):
+            return self.plane.log_path(name)
+        return self.directory / f"{name}.log"
+
+    def port(self, name: str) -> int:
+        """The loopback port component ``name`` serves on (webhook: HTTPS; others: health)."""
+        process = self._processes.get(name)
+        if process is None or process.port is None:
+            raise StackError(f"{name} is not running in this stack")
+        return process.port
+
+    # ------------------------------------------------------------------ lifecycle
+    def __enter__(self) -> Stack:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def start(self, progress: Callable[[str], None] = lambda _: None) -> Stack:
+        """Start every component in order and wait for each; on failure stop what started and raise."""
+        programs = self._resolve_programs()
+        self.directory.mkdir(parents=True, exist_ok=True)
+        try:
+            progress("starting etcd and kube-apiserver ...")
+            self.plane.start()
+            self._save_state()  # from here on, `attach` finds whatever has started, even after a crash
+            client = ApiClient.from_kubeconfig(self.kubeconfig_path)
+            self._prepare_api(client, programs, progress)
+            for name in self.components:
+                if name in self.skipped:
+                    progress(f"{name}: skipped ({self.skipped[name]})")
+                    continue
+                progress(f"starting {name} ...")
+                started = time.monotonic()
+                self._starter(name)(client, programs.get(name, {}))
+                progress(f"{name} ready in {time.monotonic() - started:.1f}s (log {self.log_path(name)})")
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def stop(self) -> None:
+        """Stop every component (in reverse order), then the control plane; wait until their ports are free."""
+        ports = []
+        for name in reversed(list(self._processes)):
+            process = self._processes.pop(name)
+            terminate(process.record, process.child)
+            if process.port is not None:
+                ports.append(process.port)
+        self.plane.stop()
+        (self.directory / _STATE_FILE).unlink(missing_ok=True)
+        wait_ports_free(ports, timeout=10.0)
+
+    def detach(self) -> None:
+        """Let the processes outlive this Python process; :meth:`attach` finds them again."""
+        self.plane.detach()
+        for process in self._processes.values():
+            process.child = None
+
+    @classmethod
+    def attach(cls, directory: pathlib.Path) -> Stack:
+        """A handle on a stack started (and detached) in ``directory`` by another process."""
+        directory = pathlib.Path(directory)
+        try:
+            state = json.loads((directory / _STATE_FILE).read_text())
+        except (OSError, ValueError) as exc:
+            raise StackError(f"no stack state in {directory}: {exc}") from exc
+        stack = cls(directory, layout=Layout(**state["layout"]), components=state["components"])
+        try:
+            stack.plane = ControlPlane.attach(directory / "controlplane")
+        except ControlPlaneError:
+            pass  # stopped (or never started): the handle's plane has no processes
+        stack.skipped = dict(state.get("skipped", {}))
+        stack._processes = {
+            name: _Process(ProcessRecord(**entry["record"]), entry.get("port"))
+            for name, entry in state["processes"].items()
+        }
+        return stack
+
+    @staticmethod
+    def exists(directory: pathlib.Path) -> bool:
+        """Whether ``directory`` holds the state of a started stack."""
+        return (pathlib.Path(directory) / _STATE_FILE).is_file()
+
+    def records(self) -> dict[str, ProcessRecord]:
+        """The identities of every process of the stack (etcd and kube-apiserver included)."""
+        records = self.plane.records()
+        records.update({name: process.record for name, process in self._processes.items()})
+        return records
+
+    def running(self) -> dict[str, bool]:
+        """Whether each process of the stack (etcd and kube-apiserver included) is alive."""
+        alive = dict(self.plane.running())
+        alive.update({name: is_alive(process.record) for name, process in self._processes.items()})
+        return alive
+
+    def logs(self, name: str, lines: int = _LOG_TAIL_LINES) -> str:
+        """The last lines of one component's log."""
+        path = self.log_path(name)
+        try:
+            text = path.read_text(errors="replace").splitlines()[-lines:]
+        except OSError:
+            return f"(no log at {path})"
+        return f"--- last {len(text)} lines of {path} ---\n" + "\n".join(text)
+
+    # ------------------------------------------------------------------ preparation
+    def _resolve_programs(self) -> dict[str, dict[str, pathlib.Path]]:
+        found: dict[str, dict[str, pathlib.Path]] = {}
+        missing: list[str] = []
+        for name in self.components:
+            paths: dict[str, pathlib.Path] = {}
+            reason = ""
+            for program in PROGRAMS[name]:
+                try:
+                    paths[program] = binaries.binary_path(program)
+                except binaries.MissingBinary as exc:
+                    reason = str(exc)
+            if name == "kueue" and not reason and shutil.which("unshare") is None:
+                reason = "Kueue runs in a private mount namespace, which needs `unshare` (util-linux) on PATH"
+            if reason:
+                if name in self.required:
+                    missing.append(f"{name}: {reason}")
+                self.skipped[name] = reason
+            else:
+                found[name] = paths
+        if missing:
+            raise binaries.MissingBinary("; ".join(missing))
+        return found
+
+    def _prepare_api(self, client: ApiClient, programs: Mapping[str, Any], progress: Callable[[str], None]) -> None:
+        _forget_local_webhooks(client)
+        for namespace in (NAMESPACE, KUEUE_NAMESPACE):
+            client.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
+        kueue_crds = (
+            [binaries.module_file("kueue", relative) for relative in binaries.tool("kueue").module_files
+             if "/crd/" in relative]
+            if "kueue" in programs
+            else sources.kueue_crd_files()
+        )
+        crds = sources.volcano_crd_files() + kueue_crds + sources.our_crd_files()
+        progress(f"installing {len(crds)} CRDs ...")
+        client.install_crds(crds)
+        nodes = fake_nodes(self.layout)
+        progress(f"creating {len(nodes)} fake nodes in {self.layout.racks} racks ...")
+        for node in nodes:
+            client.apply(node)
+            # Status is a subresource: the apply above only keeps labels and annotations.
+            client.apply({k: node[k] for k in ("apiVersion", "kind", "metadata", "status")}, subresource="status")
+
+    # ------------------------------------------------------------------ components
+    def _starter(self, name: str) -> Callable[[ApiClient, Mapping[str, pathlib.Path]], None]:
+        starters: dict[str, Callable[[ApiClient, Mapping[str, pathlib.Path]], None]] = {
+            "kube-controller-manager": self._start_kube_controller_manager,
+            "kube-scheduler": self._start_kube_scheduler,
+            "kwok": self._start_kwok,
+            "webhook": self._start_webhook,
+            "kueue": self._start_kueue,
+            "controller": self._start_controller,
+        }
+        return starters[name]
+
+    def _start_kube_controller_manager(self, client: ApiClient, programs: Mapping[str, pathlib.Path]) -> None:
+        name = "kube-controller-manager"
+        (port,) = free_ports(1)
+        cert, key = self._serving_cert(name)
+        args = components.controller_manager_args(
+            programs[name], kubeconfig=self.kubeconfig_path, port=port, cert=cert, key=key, root_ca=self.plane.ca_path
+        )
+        self._spawn(name, args, port=port)
+        context = ssl.create_default_context(cafile=str(self.plane.ca_path))
+        self._wait(name, lambda: _http_ok(f"https://{LOOPBACK}:{port}/healthz", context))
+
+    def _start_kube_scheduler(self, client: ApiClient, programs: Mapping[str, pathlib.Path]) -> None:
+        name = "kube-scheduler"
+        (port,) = free_ports(1)
+        cert, key = self._serving_cert(name)
+        args = components.scheduler_args(programs[name], kubeconfig=self.kubeconfig_path, port=port, cert=cert, key=key)
+        self._spawn(name, args, port=port)
+        context = ssl.create_default_context(cafile=str(self.plane.ca_path))
+        self._wait(name, lambda: _http_ok(f"https://{LOOPBACK}:{port}/healthz", context))
+
+    def _start_kwok(self, client: ApiClient, programs: Mapping[str, pathlib.Path]) -> None:
+        # kwok run on its own reads its Stage objects (how fake nodes and pods move through their
+        # lifecycle) from --config; the build copied upstream's default stages beside the binary.
+        stages = [binaries.module_file("kwok", relative).read_text() for relative in binaries.tool("kwok").module_files]
+        config = self.directory / "kwok-stages.yaml"
+        config.write_text("\n---\n".join(stage.strip() for stage in stages) + "\n")
+        self._spawn("kwok", components.kwok_args(programs["kwok"], kubeconfig=self.kubeconfig_path, stages=config))
+        expected = self.layout.nodes
+        self._wait("kwok", lambda: _ready_nodes(client) >= expected, what=f"{expected} Ready nodes")
+
+    def _start_webhook(self, client: ApiClient, programs: Mapping[str, pathlib.Path]) -> None:
+        name = "webhook"
+        work = self.directory / name
+        (port,) = free_ports(1)
+        ca_pem = self._webhook_certs(work / "certs", "volcano-metronome-webhook")
+        args = components.webhook_args(
+            cert_dir=work / "certs", port=port, kubeconfig=self.kubeconfig_path, metrics_dir=work / "metrics"
+        )
+        self._spawn(name, args, port=port, env=components.python_env(sources.repo_root()))
+        context = ssl.create_default_context(cafile=str(work / "certs" / "ca.crt"))
+        self._wait(name, lambda: _http_ok(f"https://{LOOPBACK}:{port}/readyz", context))
+        configuration = registrations.render_chart_webhooks(
+            programs["helm"], sources.chart_dir(), release=RELEASE, namespace=NAMESPACE,
+            values=WEBHOOK_CHART_VALUES, kube_version=binaries.version_key("kube-apiserver")[0].lstrip("v"),
+        )
+        client.apply(registrations.point_at_url(configuration, f"https://{LOOPBACK}:{port}", ca_pem))
+        self._wait(name, lambda: _webhook_mutates_podgroups(client), what="the API server calling the webhook")
+
+    def _start_kueue(self, client: ApiClient, programs: Mapping[str, pathlib.Path]) -> None:
+        name = "kueue"
+        work = self.directory / name
+        health, webhook = free_ports(2)
+        ca_pem = self._webhook_certs(work / "certs", "kueue-webhook-service")
+        config = work / "config.yaml"
+        config.write_text(yaml.safe_dump(components.kueue_configuration(
+            namespace=KUEUE_NAMESPACE, health_port=health, webhook_port=webhook, cert_dir=work / "certs")))
+        overlay = work / "overlay"
+        overlay.mkdir(parents=True, exist_ok=True)
+        unshare = shutil.which("unshare")
+        assert unshare is not None  # checked by _resolve_programs
+        argv, extra = components.kueue_command(
+            programs[name], kubeconfig=self.kubeconfig_path, config=config, cert_dir=work / "certs",
+            overlay_dir=overlay, unshare=unshare, as_root=os.geteuid() == 0,
+        )
+        self._spawn(name, argv, port=health, env={**os.environ, **extra})
+        # /readyz includes Kueue's own check that its webhook server is serving.
+        self._wait(name, lambda: _http_ok(f"http://{LOOPBACK}:{health}/readyz"))
+        manifests, kustomization = (binaries.module_file("kueue", relative) for relative in binaries.tool("kueue").module_files
+                                    if "/webhook/" in relative)
+        for configuration in registrations.kueue_webhooks(manifests, kustomization):
+            client.apply(registrations.point_at_url(configuration, f"https://{LOOPBACK}:{webhook}", ca_pem))
+        self._wait(name, lambda: _kueue_suspends_jobs(client), what="the API server calling Kueue's webhooks")
+
+    def _start_controller(self, client: ApiClient, programs: Mapping[str, pathlib.Path]) -> None:
+        name = "controller"
+        (port,) = free_ports(1)
+        config = self.directory / "controller.yaml"
+        settings = components.controller_settings(namespace=NAMESPACE, health_port=port, extra=self.controller_settings)
+        config.write_text(yaml.safe_dump(settings))
+        args = components.controller_args(kubeconfig=self.kubeconfig_path, config=config, identity=CONTROLLER_IDENTITY)
+        self._spawn(name, args, port=port, env=components.python_env(sources.repo_root()))
+        self._wait(name, lambda: _http_ok(f"http://{LOOPBACK}:{port}/readyz"))
+
+    # ------------------------------------------------------------------ helpers
+    def _serving_cert(self, name: str) -> tuple[pathlib.Path, pathlib.Path]:
+        """A loopback serving certificate signed by the control plane's CA (health checks verify it)."""
+        cert, key = self.plane.pki_dir / f"{name}.crt", self.plane.pki_dir / f"{name}.key"
+        if not cert.exists():
+            pki.make_serving_cert(self.plane.ca, dns_names=["localhost"], ip_addresses=[LOOPBACK]).write(cert, key)
+        return cert, key
+
+    @staticmethod
+    def _webhook_certs(directory: pathlib.Path, common_name: str) -> bytes:
+        """A CA and a loopback serving certificate (``ca.crt``, ``tls.crt``, ``tls.key``); the CA PEM."""
+        if not (directory / "tls.key").exists():
+            ca = pki.make_ca(f"{common_name}-ca")
+            ca.write(directory / "ca.crt", directory / "ca.key")
+            serving = pki.make_serving_cert(ca, dns_names=["localhost"], ip_addresses=[LOOPBACK], common_name=common_name)
+            # Written last: its presence says the whole set exists.
+            serving.write(directory / "tls.crt", directory / "tls.key")
+        return (directory / "ca.crt").read_bytes()
+
+    def _spawn(self, name: str, args: list[str], *, port: int | None = None, env: Mapping[str, str] | None = None) -> None:
+        child, record = spawn(name, args, log_path=self.log_path(name), cwd=self.directory, env=env)
+        self._processes[name] = _Process(record, port, child)
+        self._save_state()
+
+    def _wait(self, name: str, ready: Callable[[], bool], *, what: str = "ready") -> None:
+        deadline = time.monotonic() + self.ready_timeout
+        process = self._processes[name]
+        while True:
+            if process.child is not None and process.child.poll() is not None:
+                raise StackError(f"{name} exited with status {process.child.returncode} before becoming {what}\n"
+                                 f"{self.logs(name)}")
+            try:
+                if ready():
+                    return
+            except ApiError:
+                pass  # the API server may briefly refuse while the component registers itself
+            if time.monotonic() > deadline:
+                raise StackError(f"{name} not {what} within {self.ready_timeout:.0f}s\n{self.logs(name)}")
+            time.sleep(0.2)
+
+    def _save_state(self) -> None:
+        state = {
+            "layout": asdict(self.layout),
+            "components": list(self.components),
+            "skipped": self.skipped,
+            "processes": {name: {"record": asdict(p.record), "port": p.port} for name, p in self._processes.items()},
+        }
+        (self.directory / _STATE_FILE).write_text(json.dumps(state, indent=2) + "\n")
+
+
+def _forget_local_webhooks(client: ApiClient) -> None:
+    """Delete webhook configurations a previous start registered (they call loopback URLs).
+
+    A restarted stack reuses its etcd data; until each webhook server is up again, its old
+    registration (failure policy Fail, a port nobody listens on any more) would refuse requests.
+    """
+    for kind in ("mutatingwebhookconfigurations", "validatingwebhookconfigurations"):
+        path = f"/apis/admissionregistration.k8s.io/v1/{kind}"
+        for configuration in client.request("GET", path).get("items", []):
+            urls = [str((w.get("clientConfig") or {}).get("url", "")) for w in configuration.get("webhooks") or []]
+            if urls and all(url.startswith(f"https://{LOOPBACK}:") for url in urls):
+                client.request("DELETE", f"{path}/{configuration['metadata']['name']}")
+
+
+def _http_ok(url: str, context: ssl.SSLContext | None = None) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=2.0, context=context) as response:
+            return int(response.status) == 200
+    except (OSError, urllib.error.HTTPError):
+        return False
+
+
+def _ready_nodes(client: ApiClient) -> int:
+    nodes = client.request("GET", "/api/v1/nodes").get("items", [])
+    return sum(
+        1 for node in nodes
+        if any(c.get("type") == "Ready" and c.get("status") == "True" for c in (node.get("status") or {}).get("conditions") or [])
+    )
+
+
+def _webhook_mutates_podgroups(client: ApiClient) -> bool:
+    """A dry-run PodGroup with a catalog model comes back with a resolved profile: our webhook is called."""
+    probe = {
+        "apiVersion": "scheduling.volcano.sh/v1beta1",
+        "kind": "PodGroup",
+        "metadata": {"name": "metronome-probe", "annotations": {api.MODEL: "resnet50"}},
+        "spec": {"minMember": 1},
+    }
+    created = client.request("POST", "/apis/scheduling.volcano.sh/v1beta1/namespaces/default/podgroups",
+                             body=json.dumps(probe).encode(), query={"dryRun": "All"})
+    return api.PROFILE in (created.get("metadata", {}).get("annotations") or {})
+
+
+def _kueue_suspends_jobs(client: ApiClient) -> bool:
+    """A dry-run batch Job labelled for a Kueue queue comes back suspended: Kueue's webhook is called."""
+    probe = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": "metronome-probe", "labels": {api.KUEUE_QUEUE_NAME: "metronome-probe"}},
+        "spec": {
+            "template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "busybox"}]}},
+        },
+    }
+    created = client.request("POST", "/apis/batch/v1/namespaces/default/jobs",
+                             body=json.dumps(probe).encode(), query={"dryRun": "All"})
+    return bool(created.get("spec", {}).get("suspend"))
