@@ -39,7 +39,7 @@ def run(args: argparse.Namespace) -> int:
                 print(json.dumps(row), flush=True)
             else:
                 state = "built" if row["built"] else "not built"
-                print(f"{row['name']:<15} {row['version']:<10} {row['tier']:<12} {state:<10} {row['path']}")
+                print(f"{row['name']:<24} {row['version']:<10} {row['tier']:<12} {state:<10} {row['path']}")
         return 0
     names = list(binaries.TOOLS) if args.all else (args.names or list(binaries.default_names()))
     for name in names:
