@@ -92,3 +92,21 @@ def test_report_of_a_pending_job_has_no_nodes():
     doc = report(plan(parse(sanity())))
     pending = [r for r in doc["decisions"] if r["status"] == "pending"]
     assert pending and all(r["nodes"] == [] and r["offset_ms"] is None for r in pending)
+
+
+def test_plan_reads_extra_models_from_catalog_file(tmp_path):
+    catalog = tmp_path / "models.yaml"
+    catalog.write_text(yaml.safe_dump({"mymodel": {"period_ms": 200, "jitter_ms": 0, "derivation": "test",
+                                                   "windows": [{"start_ms": 100, "len_ms": 100, "fraction": 1.0}]}}))
+    data = sanity()
+    for job in data["jobs"]:
+        job.pop("profile", None)
+        job["model"] = "mymodel"
+    scenario = tmp_path / "uses-mymodel.yaml"
+    scenario.write_text(yaml.safe_dump(data))
+    without = cli("plan", str(scenario), "--json")
+    assert without.returncode == 2 and "mymodel" in without.stderr
+    result = cli("plan", str(scenario), "--json", "--catalog", str(catalog))
+    assert result.returncode == 0, result.stderr
+    rows = {row["job"]: row for row in json.loads(result.stdout)["decisions"]}
+    assert rows["a"]["period_ms"] == 200.0 and abs(rows["a"]["offset_ms"] - rows["b"]["offset_ms"]) == 100.0

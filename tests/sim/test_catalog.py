@@ -43,3 +43,30 @@ def test_catalog_periods_sit_on_the_default_grid(entry: object) -> None:
     pattern = lay_out(profile, SlotGrid())
     assert pattern.period.error == 0.0
     assert 0 < profile.jitter_ms <= 0.05 * profile.period_ms
+
+
+@pytest.mark.parametrize("entry", MODELS, ids=lambda m: m.name)
+@pytest.mark.parametrize("line_rate", [50.0, 200.0, 400.0])
+def test_a_faster_nic_keeps_every_window_volume_and_the_compute_time(entry: object, line_rate: float) -> None:
+    ref = entry.profile(entry.reference_gbps)  # type: ignore[attr-defined]
+    other = entry.profile(line_rate)  # type: ignore[attr-defined]
+    assert [w.len_ms * w.gbps for w in other.windows] == pytest.approx([w.len_ms * w.gbps for w in ref.windows])
+    assert [w.gbps / line_rate for w in other.windows] == pytest.approx([w.gbps / 100.0 for w in ref.windows])
+
+    def gaps(p: object) -> list[float]:
+        ends = [0.0] + [w.start_ms + w.len_ms for w in p.windows]  # type: ignore[attr-defined]
+        return [w.start_ms - e for w, e in zip(p.windows, ends)] + [p.period_ms - ends[-1]]  # type: ignore[attr-defined]
+
+    assert gaps(other) == pytest.approx(gaps(ref))  # compute between and after windows unchanged
+    comm = sum(w.len_ms for w in ref.windows)
+    assert other.period_ms == pytest.approx(ref.period_ms - comm + comm * 100.0 / line_rate)
+    assert other.jitter_ms == ref.jitter_ms
+
+
+def test_resnet50_on_200_gbps_nics_worked_example() -> None:
+    # 24 ms of all-reduce at 80 Gbps on the reference NIC = 1.92 Gb; at 160 Gbps that is 12 ms, after the same
+    # 176 ms of compute: the period is 188 ms, which the default grid snaps up to 200 ms (40 slots).
+    profile = builtin().get("resnet50").profile(200.0)
+    (window,) = profile.windows
+    assert (window.start_ms, window.len_ms, window.gbps, profile.period_ms) == (176.0, 12.0, 160.0, 188.0)
+    assert lay_out(profile, SlotGrid()).period.ms == 200.0

@@ -127,3 +127,26 @@ def test_a_burst_alone_runs_at_its_rate_and_two_share_a_link_fairly() -> None:
     kernel.run()
     # Both at 50 Gbps until b has moved its 5 Gb (0.1 s), then a alone at 100 Gbps for its last 5 Gb.
     assert ends["b"] == pytest.approx(1.1) and ends["a"] == pytest.approx(1.15)
+
+
+def test_rates_in_flight_are_the_max_min_of_every_flow_after_every_event() -> None:
+    # The solver skips the re-solve when a start or an end cannot change anybody's rate, and solves only
+    # binding links; after every event the rates must still be those of a full solve.
+    topo = leaf_spine(3, 4, 100.0, 200.0)
+    kernel = Kernel()
+    net = Fluid(kernel, topo)
+    rng = np.random.default_rng(11)
+    for _ in range(120):
+        nodes = rng.choice(len(topo.nodes), size=int(rng.integers(2, 6)), replace=False)
+        route = net.route(loaded_links(topo, nodes)[0])
+        rate = float(rng.choice([30.0, 60.0, 80.0, 100.0]))
+        kernel.at(float(rng.uniform(0, 3.0)), net.start, route, rate, float(rng.uniform(0.5, 10.0)), lambda: None)
+    checked = 0
+    while kernel.pending:
+        kernel.run(stop=lambda: True)  # one event at a time
+        live = np.flatnonzero(net.alive)
+        if len(live):
+            full = max_min(net.cap[live], net.incidence[live], net.capacity)
+            assert net.rate[live] == pytest.approx(full, rel=1e-9, abs=1e-9)
+            checked += 1
+    assert checked > 100 and net.solves > 20

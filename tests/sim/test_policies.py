@@ -8,6 +8,7 @@ import pytest
 from volcano_metronome.core.profile import Profile, Window
 from volcano_metronome.scenario import JobSpec, parse
 from volcano_metronome.sim.policies import Context, SimPolicy, make, parse_names
+from volcano_metronome.sim.workload import SimScenario
 from volcano_metronome.core.errors import InvalidInput
 
 PROFILE = Profile(200.0, (Window(100.0, 50.0, 80.0),), 0.0)
@@ -142,3 +143,38 @@ def test_policy_names_are_checked() -> None:
         parse_names("kube")
     with pytest.raises(InvalidInput, match=r"^policy: got 'x', expected one of"):
         make("x", ctx())
+
+
+@pytest.mark.parametrize("name", ["metronome", "cassini"])
+def test_a_gang_with_a_free_choice_gets_the_offset_that_starts_at_once(name: str) -> None:
+    from volcano_metronome.core.grid import SlotGrid
+    from volcano_metronome.sim.policies.common import first_slot
+
+    # The engine starts compute at placement, so the burst is ready at now + window start: offset = now.
+    assert first_slot(12.3456, SlotGrid(), 40) == 30  # 12345.6 ms -> slot 2470 (rounded up) -> 2470 % 40
+    assert first_slot(0.0, SlotGrid(), 40) == 0
+    policy = make(name, ctx(racks=1, nodes=2, gpus=4))
+    now = 7.013  # 7013 ms: slot 1403 rounded up, 1403 % 40 = 3, i.e. 15 ms
+    (a,) = policy.schedule(now, [job("a", 2, gpus=3, arrival=now)])
+    assert a.offset_ms == 15.0
+    # b must avoid a's window (150..200 ms of a's period, shifted by a's offset): the soonest free offset
+    # counted from b's own phase wins among the equally good ones.
+    later = 7.201  # 7201 ms -> slot 1441, 1441 % 40 = 1, i.e. 5 ms
+    (b,) = policy.schedule(later, [job("b", 2, gpus=1, arrival=later)])
+    assert b.offset_ms is not None
+    assert (b.offset_ms - a.offset_ms) % 200 >= 50 and (a.offset_ms - b.offset_ms) % 200 >= 50
+    lateness = (b.offset_ms - 5.0) % 200
+    for offset in range(0, 200, 5):
+        clear = (offset - a.offset_ms) % 200 >= 50 and (a.offset_ms - offset) % 200 >= 50
+        if clear:
+            assert lateness <= (offset - 5.0) % 200, (offset, b.offset_ms)
+
+
+def test_a_gang_placed_on_a_quiet_network_starts_without_padding(sanity: SimScenario) -> None:
+    from volcano_metronome.sim.engine import Engine
+
+    late = JobSpec("late", 0.337, 2, 6, 20, 0, PROFILE)
+    result = Engine(sanity, [late], "metronome").run()
+    (run,) = result.jobs
+    assert run.aligned and run.first_wait_s < 0.005  # less than one 5 ms slot, not up to a period
+    assert run.end_s - run.start_s == pytest.approx(run.isolated_s, abs=0.005)

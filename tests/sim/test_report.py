@@ -62,3 +62,23 @@ def test_gains_and_medians_over_seeds() -> None:
     assert report["gains"]["metronome_vs_default"]["avg_jct_reduction_pct"] == 0.0
     assert [s["seed"] for s in report["per_seed"]] == [0, 1, 2]
     assert report["targets"]["metronome_vs_default.avg_jct_reduction_pct"]["met"] is False
+
+
+def test_link_sharing_counts_are_summed_and_fractions_pooled_over_seeds() -> None:
+    def run(sharing: int, zero: float | None) -> RunResult:
+        r = result([job("a", 0.0, 0.0, 1.0)], [1.0] * 20, [1.0] * 20, "metronome")
+        r.extra = {"link_sharing_decisions": sharing, "zero_overflow_fraction": zero, "guarded_fit_fraction": zero}
+        return r
+
+    report = compare("s", [0, 1, 2], {"metronome": [run(10, 0.5), run(0, None), run(30, 1.0)]})
+    ours = report["policies"]["metronome"]
+    assert ours["link_sharing_decisions"] == 40
+    assert ours["zero_overflow_fraction"] == pytest.approx(35 / 40)  # not the median of 0.5 and 1.0
+
+
+def test_alignment_costs_split_the_padding() -> None:
+    a = job("a", 0.0, 0.0, 3.0)
+    a.aligned, a.grid_period_s, a.padded_s, a.first_wait_s = True, 0.11, 0.5, 0.05  # period 0.1 s, 10 iterations
+    f = figures(result([a], [1.0] * 20, [1.0] * 20))
+    assert f["avg_padding_s"] == 0.5 and f["avg_first_slot_wait_s"] == 0.05
+    assert f["avg_snapping_s"] == pytest.approx(10 * 0.01)

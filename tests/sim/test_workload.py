@@ -87,3 +87,55 @@ def test_explicit_job_that_no_cluster_could_hold_is_refused() -> None:
     data = with_("jobs", [{"name": "huge", "model": "vgg11", "workers": 9, "gpus_per_worker": 2}])
     with pytest.raises(InvalidInput, match=r"^jobs\[0\].workers: got 9, expected a gang that fits the cluster's 16 GPUs"):
         parse_sim(data)
+
+
+def test_shapes_draw_worker_count_and_gpus_per_worker_together() -> None:
+    data = copy.deepcopy(BASE)
+    del data["generate"]["workers"]
+    data["generate"]["shapes"] = [{"workers": 8, "gpus_per_worker": 1, "weight": 1},
+                                  {"workers": 2, "gpus_per_worker": 4, "weight": 1}]
+    jobs = parse_sim(data).jobs(0)
+    assert {(j.workers, j.gpus_per_worker) for j in jobs} == {(8, 1), (2, 4)}
+
+
+@pytest.mark.parametrize(("shapes", "message"), [
+    ([], r"^generate.shapes: got \[\], expected a non-empty list of \{workers, gpus_per_worker, weight\}"),
+    ([{"workers": 2, "weight": 1}], r"^generate.shapes\[0\]: got .*, expected a mapping with exactly workers"),
+    ([{"workers": 2, "gpus_per_worker": 8, "weight": 1}],
+     r"^generate.shapes\[0\].gpus_per_worker: got 8, expected at most the 4 GPUs of one node"),
+    ([{"workers": 5, "gpus_per_worker": 4, "weight": 1}],
+     r"^generate.shapes\[0\].workers: got 5, expected a gang that fits the cluster's 16 GPUs"),
+    ([{"workers": 2, "gpus_per_worker": 1, "weight": 0}], r"^generate.shapes\[0\].weight: got 0, expected a weight > 0"),
+])
+def test_bad_shapes_name_the_field(shapes: Any, message: str) -> None:
+    data = copy.deepcopy(BASE)
+    del data["generate"]["workers"]
+    data["generate"]["shapes"] = shapes
+    with pytest.raises(InvalidInput, match=message):
+        parse_sim(data)
+
+
+def test_shapes_and_workers_together_are_refused() -> None:
+    with pytest.raises(InvalidInput, match=r"^generate.shapes: got .*, expected either shapes or workers"):
+        parse_sim(with_("generate.shapes", [{"workers": 2, "gpus_per_worker": 1, "weight": 1}]))
+
+
+def test_offered_load_is_arrival_rate_times_mean_gpu_seconds_over_cluster_gpus() -> None:
+    from volcano_metronome.sim.workload import offered_load
+
+    sim = parse_sim(with_("generate.mix", {"resnet50": 1}))
+    assert sim.generate is not None
+    # 60/min = 1/s; workers 2 or 4 (mean 3) x 1 GPU; 15 iterations on average of 200 ms (100 Gbps = reference).
+    assert offered_load(sim.generate, sim.scenario) == pytest.approx(1.0 * 3 * 15 * 0.2 / 16)
+
+
+def test_the_built_in_cluster_256_regimes_offer_the_loads_their_documentation_states() -> None:
+    from volcano_metronome.commands.files import load_sim_scenario
+    from volcano_metronome.sim.workload import offered_load
+
+    busy, light = load_sim_scenario("cluster-256"), load_sim_scenario("cluster-256-light")
+    assert busy.generate is not None and light.generate is not None
+    assert offered_load(busy.generate, busy.scenario) == pytest.approx(0.90, abs=0.01)
+    assert offered_load(light.generate, light.scenario) == pytest.approx(0.65, abs=0.01)
+    assert busy.generate.count == light.generate.count == 300
+    assert {gpus for (_, gpus), _ in busy.generate.shapes} == {1, 8}

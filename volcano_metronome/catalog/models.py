@@ -10,8 +10,16 @@ stated sustained rate of an A100-class GPU: 10 TFLOPS for fp32 CNNs, 25 TFLOPS f
 transformers. The period is compute + communication rounded up to the next period of the default
 slot grid (5 ms slots, 25.2 s hyperperiod cap; the runtime pads the difference), and the all-reduce
 closes the iteration (gradients are reduced after the backward pass). Jitter is about 1% of the
-period. Rates are fractions of line rate: on another NIC the windows keep their length and scale
-their rate (see ``CatalogEntry.profile``).
+period.
+
+Every number above and in the derivations is for the 100 Gbps reference NIC
+(``CatalogEntry.reference_gbps``). Rates are fractions of line rate, and on another NIC
+(``CatalogEntry.profile``) each window moves the same volume at the same fraction of that NIC's
+line rate, so it lasts ``100 / line rate`` times as long; compute does not change, so the windows
+after it and the period move by the time saved. On 200 Gbps NICs an all-reduce of P million
+parameters takes 0.35 ms per million and the period shrinks by as much; it is then generally off
+the grid again, and the core snaps it up (the runtime pads the difference; the snapping error is
+reported by the simulator).
 """
 
 from __future__ import annotations

@@ -21,10 +21,11 @@ def run(args: argparse.Namespace) -> int:
             raise InvalidInput("--show", args.show, f"one of {', '.join(known)}")
         print(known[args.show], end="")
         return 0
-    print(f"{'name':<16}{'nodes':>7}{'GPUs':>7}{'jobs':>7}{'seeds':>7}  description")
+    width = max(len(name) for name in known) + 2
+    print(f"{'name':<{width}}{'nodes':>7}{'GPUs':>7}{'jobs':>7}{'seeds':>7}  description")
     for name in known:
         sim = load_sim_scenario(name)
         topo = sim.scenario.topology
         jobs = len(sim.scenario.jobs) + (sim.generate.count if sim.generate else 0)
-        print(f"{name:<16}{topo.nodes:>7}{topo.nodes * topo.gpus_per_node:>7}{jobs:>7}{sim.seeds:>7}  {sim.description}")
+        print(f"{name:<{width}}{topo.nodes:>7}{topo.nodes * topo.gpus_per_node:>7}{jobs:>7}{sim.seeds:>7}  {sim.description}")
     return 0

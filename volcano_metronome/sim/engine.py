@@ -47,7 +47,7 @@ class JobRun:
     __slots__ = ("spec", "index", "starts", "lens", "gbps", "volumes", "gaps", "jitter_gap", "jitter_s", "u",
                  "period_s", "start_s", "end_s", "nodes", "members", "links", "route", "aligned", "offset_s",
                  "grid_period_s", "grid", "realign", "iteration", "window", "comm_s", "comm_ideal_s",
-                 "comm_started", "isolated_s", "padded_s")
+                 "comm_started", "isolated_s", "padded_s", "first_wait_s")
 
     def __init__(self, spec: JobSpec, index: int, seed: int) -> None:
         profile = spec.profile
@@ -83,6 +83,7 @@ class JobRun:
         self.comm_started = 0.0
         self.isolated_s = 0.0
         self.padded_s = 0.0  # time the runtime helper held bursts back to their slots
+        self.first_wait_s = 0.0  # of which: before the very first burst (waiting for the first slot)
 
     def compute(self, gap: int) -> float:
         """Length of compute gap ``gap`` in the current iteration (jitter included)."""
@@ -244,6 +245,8 @@ class Engine:
             target = self._target(job, now)
             if target > now + _EPS:
                 job.padded_s += target - now
+                if job.iteration == 0 and job.window == 0:
+                    job.first_wait_s = target - now
                 self.kernel.at(target, self._send, job)
                 return
         self._send(job)

@@ -5,13 +5,22 @@ more than the window's rate (Gbps). Under the core's ring all-reduce model (``co
 gang's ring crosses each loaded link once per direction, and a pipelined ring moves at the pace of
 its slowest edge, so one flow at one rate on all its links is exactly "the slowest worker decides".
 
-Rates change only when a flow starts or ends, so the model is event-driven. A flow that shares no
-link runs at its cap (its rate, or its slowest link); otherwise the max-min fair allocation of every
-flow on a shared link is recomputed (progressive filling; independent groups of flows come out as
-they would alone). Flows live in arrays (rate, remaining volume, a flow x link incidence matrix)
-settled all at once at every change, a single kernel event waits for the next completion, and
-every link integrates its rate into the volume it carried. The two directions of a duplex link
-carry the same ring traffic, so only one of each pair is solved and the other mirrors it.
+Rates change only when a flow starts or ends, so the model is event-driven. Two cheap exits come
+first: a new burst that fits at its cap on every link it crosses changes nobody's rate, and neither
+does the end of a burst that crossed no saturated link. Otherwise the max-min fair allocation is
+re-solved (progressive filling) over the *binding* links only: a link whose flows' caps add up to
+no more than its capacity can never limit anybody, and flows that cross no binding link run at
+their cap. Flows live in arrays (cap, rate, volume left as of the last change of their rate, and
+the predicted end at that rate, incidence): a flow's progress is settled only when its rate
+changes, one kernel event waits for the earliest predicted end, and every link integrates its rate
+into the volume it carried. The two directions of a duplex link carry the same ring traffic, so
+only one of each pair is solved and the other mirrors it.
+
+Speed (measured by replaying recorded bursts, see docs/simulator.md): numpy's per-call cost, not
+arithmetic, bounds this solver (a typical re-solve has a few to a few dozen flows), so the work per
+event is kept to a few whole-array operations. Restricting a re-solve to the connected component of
+the changed flow was tried and was slower on every workload we replay (the walk costs more than
+the flows it saves), and so was a plain-Python solver for small components.
 """
 
 from __future__ import annotations
@@ -23,8 +32,8 @@ import numpy as np
 from volcano_metronome.core.topology import Topology
 from volcano_metronome.sim.kernel import NETWORK, Event, Kernel
 
-#: A flow whose remaining volume is below this share of its volume has finished (float noise).
-_DONE = 1e-9
+#: Predicted ends closer than this (seconds) are handled as one.
+_SAME_END_S = 1e-12
 
 
 class Route:
@@ -140,6 +149,7 @@ class Fluid:
         solved, self.solved_of = np.unique(canon, return_inverse=True)  # directed link -> solved link
         self.capacity = self.directed_capacity[solved]
         self.on_link = np.zeros(len(solved), dtype=np.int64)  # flows in flight per solved link
+        self.cap_sum = np.zeros(len(solved))  # sum of their caps: above capacity, the link is binding
         self.link_rate = np.zeros(len(solved))
         self._carried = np.zeros(len(solved))  # Gb per solved link
         self.demanded = np.zeros(len(topology.links))  # Gb per directed link: what flows asked to move
@@ -147,13 +157,16 @@ class Fluid:
         self._settled = 0.0
         self._next: Event | None = None
         # Flow slots (grown on demand): cap and rate in Gbps, volumes in Gb, incidence slot x solved link.
+        # ``remaining`` is a flow's volume still to move as of ``since``, the last change of its rate;
+        # ``end`` is when it will be through at that rate (inf for free slots).
         self.cap = np.zeros(0)
-        self.volume = np.zeros(0)
         self.remaining = np.zeros(0)
+        self.since = np.zeros(0)
+        self.end = np.zeros(0)
         self.rate = np.zeros(0)
         self.alive = np.zeros(0, dtype=bool)
         self.incidence = np.zeros((0, len(solved)))
-        self.paths: list[np.ndarray] = []
+        self.paths: list[Route | None] = []
         self.done: list[Callable[[], None] | None] = []
         self._free: list[int] = []
         self._grow(64)
@@ -171,21 +184,27 @@ class Fluid:
         if not self._free:
             self._grow(2 * len(self.cap))
         slot = self._free.pop()
-        self.cap[slot] = min(rate_gbps, route.floor)
-        self.volume[slot] = self.remaining[slot] = volume_gb
+        index = route.index
+        cap = min(rate_gbps, route.floor)
+        now = self.kernel.now
+        self.cap[slot] = cap
+        self.remaining[slot] = volume_gb
+        self.since[slot] = now
         self.rate[slot] = 0.0
         self.alive[slot] = True
-        self.paths[slot] = route.index
-        self.incidence[slot, route.index] = 1.0
+        self.paths[slot] = route
+        self.incidence[slot, index] = 1.0
         self.done[slot] = done
         self.demanded[route.directed] += volume_gb
-        self.on_link[route.index] += 1
+        self.cap_sum[index] += cap
+        self.on_link[index] += 1
         # Links with room for the new burst at its cap are bottlenecks of nobody: nobody else moves.
-        if (self.link_rate[route.index] + self.cap[slot] > self.capacity[route.index] * (1 + 1e-12)).any():
+        if (self.link_rate[index] + cap > self.capacity[index] * (1 + 1e-12)).any():
             self._reallocate()
         else:
-            self.rate[slot] = self.cap[slot]
-            self.link_rate[route.index] += self.cap[slot]
+            self.rate[slot] = cap
+            self.end[slot] = now + volume_gb / cap
+            self.link_rate[index] += cap
         self._reschedule()
         return slot
 
@@ -209,48 +228,61 @@ class Fluid:
             out[:old] = arr
             return out
 
-        self.cap, self.volume = grown(self.cap), grown(self.volume)
-        self.remaining, self.rate = grown(self.remaining), grown(self.rate)
+        self.cap = grown(self.cap)
+        self.remaining, self.since, self.rate = grown(self.remaining), grown(self.since), grown(self.rate)
+        self.end = grown(self.end)
+        self.end[old:] = np.inf
         self.alive, self.incidence = grown(self.alive), grown(self.incidence)
-        self.paths += [np.zeros(0, dtype=np.int64)] * (size - old)
+        self.paths += [None] * (size - old)
         self.done += [None] * (size - old)
         self._free += list(range(size - 1, old - 1, -1))
 
     def _settle(self) -> None:
-        """Advance every flow's progress and every link's carried volume to now."""
+        """Advance every link's carried volume to now (flows are settled one by one, when their rate changes)."""
         now = self.kernel.now
         dt = now - self._settled
         if dt > 0:
-            self.remaining -= self.rate * dt  # free slots have rate 0
             self._carried += self.link_rate * dt
             self._settled = now
 
     def _reschedule(self) -> None:
+        """Keep the one completion event at the earliest predicted end."""
+        soonest = float(self.end.min())
         if self._next is not None:
+            if self._next.time == soonest:
+                return
             self._next.cancel()
             self._next = None
-        moving = self.rate > 0
-        if moving.any():
-            soonest = float((np.maximum(self.remaining[moving], 0.0) / self.rate[moving]).min())
-            self._next = self.kernel.at(self.kernel.now + soonest, self._complete, rank=NETWORK)
+        if soonest < np.inf:
+            self._next = self.kernel.at(soonest, self._complete, rank=NETWORK)
 
     def _complete(self) -> None:
         self._next = None
         self._settle()
-        finished = np.flatnonzero(self.alive & (self.remaining <= _DONE * self.volume))
-        callbacks = []
+        # Ends within a picosecond of each other are one batch (float noise of the predictions).
+        finished = np.flatnonzero(self.end <= self.kernel.now + _SAME_END_S).tolist()
         # Only a burst that left a saturated link can let others speed up.
-        freed = any(self._saturated(self.paths[s]) for s in finished.tolist())
-        for slot in finished.tolist():
-            index = self.paths[slot]
+        freed = False
+        callbacks = []
+        for slot in finished:
+            route = self.paths[slot]
+            assert route is not None
+            index = route.index
+            if (self.link_rate[index] >= self.capacity[index] * (1 - 1e-9)).any():
+                freed = True
             self.link_rate[index] -= self.rate[slot]
+            self.cap_sum[index] -= self.cap[slot]
             self.on_link[index] -= 1
+            idle = index[self.on_link[index] == 0]
+            self.cap_sum[idle] = self.link_rate[idle] = 0.0  # no float residue on idle links
             self.incidence[slot, index] = 0.0
             self.alive[slot] = False
             self.rate[slot] = self.remaining[slot] = 0.0
-            self._free.append(slot)
+            self.end[slot] = np.inf
+            self.paths[slot] = None
             callbacks.append(self.done[slot])
             self.done[slot] = None
+            self._free.append(slot)
         if freed:
             self._reallocate()
         self._reschedule()
@@ -258,18 +290,24 @@ class Fluid:
             assert callback is not None
             callback()
 
-    def _saturated(self, links: np.ndarray) -> bool:
-        return bool((self.link_rate[links] >= self.capacity[links] * (1 - 1e-9)).any())
-
     def _reallocate(self) -> None:
-        """Re-solve every flow on a shared link; flows that share none run at their cap."""
+        """Re-solve every flow on a binding link; flows that cross none run at their cap."""
         self.solves += 1
         slots = np.flatnonzero(self.alive)
-        shared_links = np.flatnonzero(self.on_link > 1)
-        incidence = self.incidence[np.ix_(slots, shared_links)]
-        sharing = incidence.any(axis=1)
-        new = self.cap[slots].copy()
-        if sharing.any():
-            new[sharing] = max_min(new[sharing], incidence[sharing], self.capacity[shared_links])
-        self.rate[slots] = new
-        self.link_rate = self.rate @ self.incidence  # from scratch: no drift from repeated updates
+        links = np.flatnonzero(self.cap_sum > self.capacity * (1 + 1e-9))
+        sub = self.incidence[np.ix_(slots, links)]
+        limited = sub.any(axis=1)
+        new = self.cap[slots]
+        if limited.any():
+            new[limited] = max_min(new[limited], sub[limited], self.capacity[links])
+        old = self.rate[slots]
+        moved = new != old
+        changed = slots[moved]
+        if len(changed):  # settle the progress of the flows whose rate changes, then predict their end
+            now = self.kernel.now
+            left = self.remaining[changed] - old[moved] * (now - self.since[changed])
+            self.remaining[changed] = left
+            self.since[changed] = now
+            self.rate[changed] = new[moved]
+            self.end[changed] = now + np.maximum(left, 0.0) / new[moved]
+        self.link_rate = self.rate @ self.incidence  # summed afresh: no drift from repeated updates

@@ -9,7 +9,9 @@ Extra top-level keys (``scenario.parse`` leaves them to us):
 ``generate``
     ``{count, seed, arrival: {process: poisson, rate_per_min, start_s}, mix: {MODEL: weight},
     workers: [choices] | {choice: weight}, gpus_per_worker, iterations: [min, max],
-    priorities: {priority: weight}}``. Seed ``s`` of a run draws the workload with
+    priorities: {priority: weight}}``. Instead of ``workers`` and ``gpus_per_worker``, ``shapes``
+    draws both together: ``[{workers, gpus_per_worker, weight}, ...]`` (e.g. gangs of single-GPU
+    workers beside gangs of whole-node 8-GPU workers). Seed ``s`` of a run draws the workload with
     ``generate.seed + s``; explicit ``jobs:`` are kept as they are beside the generated ones.
 
 Parsing is pure and every error names the field, the value and what was expected.
@@ -40,8 +42,7 @@ class Generate:
     rate_per_min: float
     start_s: float
     mix: tuple[tuple[str, float], ...]
-    workers: tuple[tuple[int, float], ...]
-    gpus_per_worker: int
+    shapes: tuple[tuple[tuple[int, int], float], ...]  # ((workers, gpus_per_worker), weight)
     iterations: tuple[int, int]
     priorities: tuple[tuple[int, float], ...]
 
@@ -93,7 +94,7 @@ def parse_sim(data: Any, catalog: Catalog | None = None) -> SimScenario:
 
 def parse_generate(data: Any, scenario: Scenario) -> Generate:
     """Parse the ``generate:`` mapping (see the module docstring)."""
-    keys = {"count", "seed", "arrival", "mix", "workers", "gpus_per_worker", "iterations", "priorities"}
+    keys = {"count", "seed", "arrival", "mix", "workers", "gpus_per_worker", "shapes", "iterations", "priorities"}
     _mapping(data, "generate", keys)
     arrival = data.get("arrival", {})
     _mapping(arrival, "generate.arrival", {"process", "rate_per_min", "start_s"})
@@ -103,14 +104,7 @@ def parse_generate(data: Any, scenario: Scenario) -> Generate:
     mix = _weights(data.get("mix"), "generate.mix", str)
     for name, _ in mix:
         scenario.catalog.get(name, f"generate.mix.{name}")
-    gpus = integer(data.get("gpus_per_worker", 1), "generate.gpus_per_worker", 0)
-    raw_workers = data.get("workers")
-    if isinstance(raw_workers, list):
-        raw_workers = {w: 1 for w in raw_workers}
-    workers = _weights(raw_workers, "generate.workers", int)
-    for w, _ in workers:
-        integer(w, f"generate.workers.{w}", 1)
-        check_fits(w, gpus, scenario, f"generate.workers.{w}")
+    shapes = _shapes(data, scenario)
     iterations = data.get("iterations", [100, 100])
     if not (isinstance(iterations, list) and len(iterations) == 2):
         raise InvalidInput("generate.iterations", iterations, "a range [min, max] of whole iterations")
@@ -122,8 +116,7 @@ def parse_generate(data: Any, scenario: Scenario) -> Generate:
         rate_per_min=positive(arrival.get("rate_per_min"), "generate.arrival.rate_per_min"),
         start_s=nonnegative(arrival.get("start_s", 0.0), "generate.arrival.start_s"),
         mix=mix,
-        workers=workers,
-        gpus_per_worker=gpus,
+        shapes=shapes,
         iterations=(low, high),
         priorities=_weights(data.get("priorities", {0: 1}), "generate.priorities", int),
     )
@@ -135,7 +128,7 @@ def draw(gen: Generate, scenario: Scenario, seed: int) -> list[JobSpec]:
     gaps = rng.exponential(60.0 / gen.rate_per_min, gen.count)
     arrivals = gen.start_s + np.cumsum(gaps) - gaps[0]
     models = _pick(rng, gen.mix, gen.count)
-    workers = _pick(rng, gen.workers, gen.count)
+    shapes = _pick(rng, gen.shapes, gen.count)
     iterations = rng.integers(gen.iterations[0], gen.iterations[1] + 1, gen.count)
     priorities = _pick(rng, gen.priorities, gen.count)
     line_rate = scenario.topology.nic_gbps
@@ -143,10 +136,58 @@ def draw(gen: Generate, scenario: Scenario, seed: int) -> list[JobSpec]:
     for i in range(gen.count):
         model = str(models[i])
         jobs.append(JobSpec(
-            name=f"{model}-{i:04d}", arrival_s=round(float(arrivals[i]), 3), workers=int(workers[i]),
-            gpus_per_worker=gen.gpus_per_worker, iterations=int(iterations[i]), priority=int(priorities[i]),
+            name=f"{model}-{i:04d}", arrival_s=round(float(arrivals[i]), 3), workers=int(shapes[i][0]),
+            gpus_per_worker=int(shapes[i][1]), iterations=int(iterations[i]), priority=int(priorities[i]),
             profile=scenario.catalog.get(model).profile(line_rate), model=model))
     return jobs
+
+
+def _shapes(data: Mapping[str, Any], scenario: Scenario) -> tuple[tuple[tuple[int, int], float], ...]:
+    """``shapes``, or ``workers`` with one ``gpus_per_worker``, as ((workers, gpus_per_worker), weight)."""
+    if "shapes" in data:
+        if "workers" in data or "gpus_per_worker" in data:
+            raise InvalidInput("generate.shapes", data["shapes"], "either shapes or workers/gpus_per_worker, not both")
+        raw = data["shapes"]
+        if not isinstance(raw, list) or not raw:
+            raise InvalidInput("generate.shapes", raw, "a non-empty list of {workers, gpus_per_worker, weight}")
+        out = []
+        for i, shape in enumerate(raw):
+            where = f"generate.shapes[{i}]"
+            if not isinstance(shape, Mapping) or set(shape) != {"workers", "gpus_per_worker", "weight"}:
+                raise InvalidInput(where, shape, "a mapping with exactly workers, gpus_per_worker, weight")
+            workers = integer(shape["workers"], f"{where}.workers", 1)
+            gpus = integer(shape["gpus_per_worker"], f"{where}.gpus_per_worker", 0)
+            check_fits(workers, gpus, scenario, where)
+            weight = number(shape["weight"], f"{where}.weight")
+            if weight <= 0:
+                raise InvalidInput(f"{where}.weight", shape["weight"], "a weight > 0")
+            out.append(((workers, gpus), weight))
+        return tuple(out)
+    gpus = integer(data.get("gpus_per_worker", 1), "generate.gpus_per_worker", 0)
+    raw_workers = data.get("workers")
+    if isinstance(raw_workers, list):
+        raw_workers = {w: 1 for w in raw_workers}
+    choices = _weights(raw_workers, "generate.workers", int)
+    for w, _ in choices:
+        integer(w, f"generate.workers.{w}", 1)
+        check_fits(w, gpus, scenario, f"generate.workers.{w}")
+    return tuple(((int(w), gpus), weight) for w, weight in choices)
+
+
+def offered_load(gen: Generate, scenario: Scenario) -> float:
+    """Expected GPU demand over cluster GPUs: arrival rate x mean GPU-seconds of a job alone / GPUs.
+
+    A job alone lasts ``iterations x period`` (the catalog period on the topology's NICs, before
+    grid snapping); model, shape and length are drawn independently, so the means multiply.
+    """
+    line_rate = scenario.topology.nic_gbps
+    mix_w = sum(w for _, w in gen.mix)
+    period_s = sum(w * scenario.catalog.get(m).profile(line_rate).period_ms / 1000.0 for m, w in gen.mix) / mix_w
+    shape_w = sum(w for _, w in gen.shapes)
+    gpus = sum(w * workers * per for (workers, per), w in gen.shapes) / shape_w
+    iterations = (gen.iterations[0] + gen.iterations[1]) / 2.0
+    cluster = scenario.topology.nodes * scenario.topology.gpus_per_node
+    return gen.rate_per_min / 60.0 * gpus * iterations * period_s / cluster
 
 
 def check_fits(workers: int, gpus_per_worker: int, scenario: Scenario, field: str) -> None:
@@ -161,7 +202,8 @@ def check_fits(workers: int, gpus_per_worker: int, scenario: Scenario, field: st
 
 
 def _pick(rng: np.random.Generator, weighted: tuple[tuple[Any, float], ...], count: int) -> np.ndarray:
-    values = np.array([v for v, _ in weighted], dtype=object)
+    values = np.empty(len(weighted), dtype=object)
+    values[:] = [v for v, _ in weighted]
     weights = np.array([w for _, w in weighted], dtype=float)
     return values[rng.choice(len(values), size=count, p=weights / weights.sum())]
 

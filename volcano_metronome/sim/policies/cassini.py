@@ -15,6 +15,8 @@ on its first shared link; every other component it touches is rotated rigidly so
 rotation on the link joining them is that link's best. When every candidate loops, the underlying
 scheduler's first candidate is taken, shifted against its first shared link only. FIFO order, no
 priorities, no re-optimisation on departures. Offsets live on the same slot grid as the core's.
+Where CASSINI's rule leaves a tie (several rotations with the least overflow, or no shared link at
+all), the rotation whose first slot comes soonest wins, as for ``metronome`` (``common.first_slot``).
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from volcano_metronome.core.traffic import loaded_links
 from volcano_metronome.scenario import JobSpec
 from volcano_metronome.sim.fluid import mirror_of
 from volcano_metronome.sim.policies import Context, Placement, SimPolicy
-from volcano_metronome.sim.policies.common import fifo, racks_of
+from volcano_metronome.sim.policies.common import fifo, first_slot, racks_of
 from volcano_metronome.sim.policies.volcano_topology import lowest_tier
 
 
@@ -59,7 +61,7 @@ class Cassini(SimPolicy):
         out = []
         for job in fifo(pending):
             started = time.perf_counter()
-            placed = self._decide(job)
+            placed = self._decide(job, now)
             self.stats.decision_ms.append((time.perf_counter() - started) * 1000.0)
             if placed is not None:
                 out.append(placed)
@@ -80,13 +82,14 @@ class Cassini(SimPolicy):
         """Report how often loops constrained the choice."""
         self.stats.extra = dict(self.counts)
 
-    def _decide(self, job: JobSpec) -> Placement | None:
+    def _decide(self, job: JobSpec, now: float) -> Placement | None:
         snap = self.snapshot
         found = lowest_tier(snap.free_gpus, self.rack, job)[: self.limit]
         if not found:
             return None
         gang = job.gang()
         pattern = lay_out(gang.profile, snap.grid)
+        earliest = first_slot(now, snap.grid, pattern.slots)
         component: dict[str, int] | None = None
         scored = []
         for rank, (nodes, members) in enumerate(found):
@@ -102,7 +105,7 @@ class Cassini(SimPolicy):
                 component = component if component is not None else self._components()
                 touched = [component[next(iter(gangs))] for gangs, _ in shared]
                 loop = len(set(touched)) < len(touched)
-            rotations = [self._rotation(link, pattern) for _, link in shared]
+            rotations = [self._rotation(link, pattern, earliest) for _, link in shared]
             score = float(np.mean([s for _, s in rotations])) if rotations else 1.0
             scored.append((loop, -score, rank, nodes, members, links, physical, shared, rotations))
         self.counts["decisions"] += 1
@@ -115,7 +118,7 @@ class Cassini(SimPolicy):
             self.counts["looped_all"] += 1
             _, _, _, nodes, members, links, physical, shared, rotations = scored[0]
             propagate = False
-        offset = rotations[0][0] if rotations else 0
+        offset = rotations[0][0] if rotations else earliest
         if shared:
             self.counts["sharing"] += 1
         if propagate and len(shared) > 1:
@@ -130,14 +133,17 @@ class Cassini(SimPolicy):
             return Placement(gang.uid, nodes, members)
         return Placement(gang.uid, nodes, members, offset * snap.grid.slot_ms, pattern.period.ms)
 
-    def _rotation(self, link: int, pattern: Pattern) -> tuple[int, float]:
-        """Best rotation of ``pattern`` against ``link``'s load, and CASSINI's compatibility score there."""
+    def _rotation(self, link: int, pattern: Pattern, earliest: int) -> tuple[int, float]:
+        """Best rotation of ``pattern`` against ``link``'s load, and CASSINI's compatibility score there.
+
+        Among rotations with the same least overflow, the one reached first from ``earliest`` wins.
+        """
         snap = self.snapshot
         period = pattern.slots
         base = snap.rows(np.array([link]), period)
         cap = snap.topology.capacity_mbps[[link]]
         added = phasing.added_overflow(phasing.fold(base, period), cap, np.ones(1, dtype=np.int64), pattern.rates)[0]
-        best = int(np.argmin(added))
+        best = int(np.lexsort(((np.arange(period) - earliest) % period, added))[0])
         before = float(np.maximum(base - cap[:, None], 0).sum())
         demand = float(base.sum()) + float(pattern.rates.sum()) * (base.shape[1] // period)
         return best, 1.0 - (before + float(added[best])) / demand if demand else 1.0

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import math
 from typing import Sequence
 
 import numpy as np
 
+from volcano_metronome.core.grid import SlotGrid
 from volcano_metronome.core.topology import Topology
 from volcano_metronome.scenario import JobSpec
 
@@ -18,6 +20,18 @@ def by_priority(pending: Sequence[JobSpec]) -> list[JobSpec]:
 def fifo(pending: Sequence[JobSpec]) -> list[JobSpec]:
     """Arrival order."""
     return sorted(pending, key=lambda j: (j.arrival_s, j.name))
+
+
+def first_slot(now_s: float, grid: SlotGrid, period_slots: int) -> int:
+    """The offset (slots, epoch 0) at which a gang placed at ``now_s`` starts without waiting.
+
+    The runtime helper sends window ``w`` at ``offset + start_w + k P``, and the engine starts a
+    placed gang's compute at once (no start-up delay), so its first burst is ready at
+    ``now + start_0``: the first window's start cancels out, and the offset that needs no padding is
+    ``now`` itself, rounded up to the grid (rounding down would miss the slot by a sliver and wait a
+    whole period), modulo the gang's snapped period.
+    """
+    return math.ceil(now_s * 1000.0 / grid.slot_ms - 1e-9) % period_slots
 
 
 def room(free: np.ndarray, job: JobSpec) -> np.ndarray:

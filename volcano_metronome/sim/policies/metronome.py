@@ -8,6 +8,10 @@ last cycle carry overflow, ``core.reoptimize.reoptimise`` moves offsets of the g
 (bounded moves and passes; every other gang is frozen). Completions call ``Snapshot.forget``.
 Decision and re-optimisation latencies are measured here with ``time.perf_counter`` (the core has
 no clock). A gang that loads no link gets no offset: its runtime has nothing to align.
+
+``decide`` is given the current phase as ``earliest`` (see ``common.first_slot``): among offsets
+that are otherwise equal it picks the one whose first slot comes soonest, so a gang with a free
+choice starts at once instead of waiting up to a period for offset 0.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from volcano_metronome.core.reoptimize import reoptimise
 from volcano_metronome.core.snapshot import Snapshot
 from volcano_metronome.scenario import JobSpec
 from volcano_metronome.sim.policies import Context, Placement, SimPolicy
+from volcano_metronome.sim.policies.common import first_slot
 
 #: Bounds of one re-optimisation (gangs moved, passes over the unfrozen gangs).
 MAX_MOVES = 8
@@ -62,7 +67,8 @@ class Metronome(SimPolicy):
         out = []
         for gang in order(gangs, self.policy, now):
             started = time.perf_counter()
-            result = decide(self.snapshot, gang, self.policy)
+            earliest = first_slot(now, self.snapshot.grid, self.snapshot.grid.snap(gang.profile.period_ms).slots)
+            result = decide(self.snapshot, gang, self.policy, earliest=earliest)
             elapsed = (time.perf_counter() - started) * 1000.0
             if not isinstance(result, Decision):
                 continue
