@@ -168,3 +168,24 @@ def test_earliest_breaks_the_last_tie_towards_the_soonest_offset():
     b = gang("b", 2, 3)
     # b's window (slots 20..39 of its period) must land on 0..19: only offset 20 fits, whatever earliest says.
     assert decide(snap, b, POLICY, earliest=5).offset_slots == 20
+
+
+def test_lock_on_demand_a_gang_runs_free_until_another_shares_its_links():
+    snap = empty(two_nodes(), 8)
+    a, b = gang("a", 2, 5), gang("b", 2, 3)
+    da = decide(snap, a, POLICY)
+    assert not da.locked and da.locks == ()
+    commit(snap, a, da)
+    assert not snap.placed["a"].locked
+    db = decide(snap, b, POLICY)
+    assert db.locked and db.locks == ("a",)
+    commit(snap, b, db)
+    assert snap.placed["a"].locked and snap.placed["b"].locked
+    snap.forget("b")
+    assert snap.unlockable() == ["a"]  # alone again: it may stop padding
+
+
+def test_without_lock_on_demand_every_gang_is_locked():
+    snap = empty(two_nodes(), 8)
+    d = decide(snap, gang("a", 2, 5), Policy(lock_on_demand=False))
+    assert d.locked and d.locks == ()

@@ -28,6 +28,8 @@ def schedule(snapshot: Snapshot, pending: Sequence[Gang], policy: Policy,
 
 
 def commit(snapshot: Snapshot, gang: Gang, decision: Decision) -> None:
-    """Assume ``decision`` in ``snapshot``: its GPUs are taken and its links loaded."""
+    """Assume ``decision`` in ``snapshot``: its GPUs are taken, its links loaded, its neighbours locked."""
     nodes = snapshot.topology.nodes_of(decision.nodes)
-    snapshot.assume(gang, nodes, np.array(decision.members), decision.offset_slots)
+    snapshot.assume(gang, nodes, np.array(decision.members), decision.offset_slots, locked=decision.locked)
+    for uid in decision.locks:
+        snapshot.lock(uid)

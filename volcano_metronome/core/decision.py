@@ -13,6 +13,12 @@ every shared link together. Choice, in order:
    higher-priority gang on any link, the least cost: added overflow plus ``priority_weight`` times
    the bandwidth taken from higher-priority gangs; ties as above;
 3. otherwise: no fit.
+
+Lock on demand (``Policy.lock_on_demand``): aligning bursts to a slot costs a gang the padding up
+to its snapped period, which buys nothing while no other gang shares its links. A gang placed on
+links nobody else loads is therefore *unlocked*: its offset is provisional and its runtime runs free.
+The first gang placed on one of its links locks it (``Decision.locks``) at that provisional offset,
+which the new gang's offset was chosen against.
 """
 
 from __future__ import annotations
@@ -49,6 +55,8 @@ class Decision:
     peak_utilisation: float
     racks: int
     score: float  # the cost minimised (0 when feasible)
+    locked: bool = True  # the gang shares a loaded link, so its runtime must align bursts to the offset
+    locks: tuple[str, ...] = ()  # unlocked gangs on its links that must now align to their offsets
 
 
 @dataclass(frozen=True)
@@ -90,7 +98,7 @@ def decide(snapshot: Snapshot, gang: Gang, policy: Policy, earliest: int = 0) ->
             f"priority protection: every node set and offset would delay more than "
             f"{policy.overflow_tolerance:.0%} of a higher-priority gang's traffic on some link"))
     best = min(scored, key=_Scored.key)
-    return _decision(snapshot, gang, pattern, best)
+    return _decision(snapshot, gang, pattern, best, policy)
 
 
 @dataclass(frozen=True, eq=False)
@@ -147,9 +155,10 @@ def _score(snapshot: Snapshot, gang: Gang, pattern: Pattern, cand: Candidate, po
                    float(scores.peak[pick]))
 
 
-def _decision(snapshot: Snapshot, gang: Gang, pattern: Pattern, best: _Scored) -> Decision:
+def _decision(snapshot: Snapshot, gang: Gang, pattern: Pattern, best: _Scored, policy: Policy) -> Decision:
     topo, grid = snapshot.topology, snapshot.grid
     links, _ = loaded_links(topo, best.candidate.nodes)
+    neighbours = snapshot.neighbours(links)
     span = np.lcm(snapshot.hyperperiod, pattern.slots)
     periods_in_span = int(span // pattern.slots)
     return Decision(
@@ -166,4 +175,6 @@ def _decision(snapshot: Snapshot, gang: Gang, pattern: Pattern, best: _Scored) -
         peak_utilisation=best.peak,
         racks=best.candidate.racks,
         score=best.cost,
+        locked=bool(neighbours) or not policy.lock_on_demand,
+        locks=tuple(sorted(uid for uid in neighbours if not snapshot.placed[uid].locked)),
     )

@@ -39,12 +39,17 @@ class Gang:
 
 @dataclass(frozen=True)
 class Running:
-    """A gang that holds its nodes: members per node, and the offset of its windows (ms after the epoch)."""
+    """A gang that holds its nodes: members per node, and the offset of its windows (ms after the epoch).
+
+    ``locked``: its runtime aligns bursts to the offset. An unlocked gang shared no link when it was
+    placed; its offset is provisional until a gang that shares a link locks it (``Decision.locks``).
+    """
 
     gang: Gang
     nodes: tuple[str, ...]
     members: tuple[int, ...]
     offset_ms: float
+    locked: bool = True
 
     def __post_init__(self) -> None:
         if len(self.nodes) != len(self.members) or not self.nodes:
@@ -86,6 +91,7 @@ class Policy:
     cushion_slots: int = 0  # guard slots on each side of every window when testing feasibility
     overflow_tolerance: float = 0.05  # share of a higher-priority gang's traffic on a link we may delay
     max_candidates: int = 8  # node sets scored per gang (see core.placement)
+    lock_on_demand: bool = True  # a gang that shares no link runs free (no padding) until one does
     grid: SlotGrid = field(default_factory=SlotGrid)
 
     def __post_init__(self) -> None:
@@ -99,5 +105,7 @@ class Policy:
             raise InvalidInput("policy.cushion_slots", self.cushion_slots, "an integer in [0, 100]")
         if not 0.0 <= self.overflow_tolerance <= 1.0:
             raise InvalidInput("policy.overflow_tolerance", self.overflow_tolerance, "a fraction in [0, 1]")
+        if not isinstance(self.lock_on_demand, bool):
+            raise InvalidInput("policy.lock_on_demand", self.lock_on_demand, "true or false")
         if not (isinstance(self.max_candidates, int) and 1 <= self.max_candidates <= 256):
             raise InvalidInput("policy.max_candidates", self.max_candidates, "an integer in [1, 256]")

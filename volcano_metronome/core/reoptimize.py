@@ -68,7 +68,8 @@ def reoptimise(snapshot: Snapshot, policy: Policy, max_moves: int = 16, max_pass
             better = (scores.fits[best] and not scores.fits[current]) or (
                 scores.fits[best] == scores.fits[current] and scores.cost[best] < scores.cost[current] - _EPS)
             offset = best if better else current
-            snapshot.assume(placed.gang, placed.nodes, placed.members, offset, placed.pattern, placed.holds_gpus)
+            snapshot.assume(placed.gang, placed.nodes, placed.members, offset, placed.pattern, placed.holds_gpus,
+                            placed.locked or offset != current)
             improved |= bool(better)
         if not improved:
             break

@@ -10,6 +10,7 @@ least common multiple of the periods of the gangs present, which divides the gri
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -34,6 +35,7 @@ class Placed:
     multiplier: np.ndarray
     offset: int
     holds_gpus: bool
+    locked: bool = True  # see core.model.Running
 
     def row(self, hyperperiod: int) -> np.ndarray:
         """This gang's per-worker rate in every slot of the hyperperiod (before the link multiplier)."""
@@ -62,7 +64,8 @@ class Snapshot:
         for running, pattern in zip(state.running, patterns):
             nodes = state.topology.nodes_of(running.nodes)
             offset = int(round(running.offset_ms / grid.slot_ms)) % pattern.slots
-            snap.assume(running.gang, nodes, np.array(running.members), offset, pattern, hold_gpus=False)
+            snap.assume(running.gang, nodes, np.array(running.members), offset, pattern, hold_gpus=False,
+                        locked=running.locked)
         return snap
 
     def rows(self, links: np.ndarray, period: int) -> np.ndarray:
@@ -87,7 +90,7 @@ class Snapshot:
         return out
 
     def assume(self, gang: Gang, nodes: np.ndarray, members: np.ndarray, offset: int,
-               pattern: Pattern | None = None, hold_gpus: bool = True) -> Placed:
+               pattern: Pattern | None = None, hold_gpus: bool = True, locked: bool = True) -> Placed:
         """Account for ``gang`` on ``nodes`` at ``offset`` slots; takes its GPUs unless told they are taken."""
         if gang.uid in self.placed:
             raise InvalidInput("gang.uid", gang.uid, "a gang the snapshot does not hold yet")
@@ -95,7 +98,7 @@ class Snapshot:
         order = np.argsort(nodes)
         nodes, members = np.asarray(nodes)[order], np.asarray(members)[order]
         links, multiplier = loaded_links(self.topology, nodes)
-        placed = Placed(gang, pattern, nodes, members, links, multiplier, offset % pattern.slots, hold_gpus)
+        placed = Placed(gang, pattern, nodes, members, links, multiplier, offset % pattern.slots, hold_gpus, locked)
         self._grow(math.lcm(self.hyperperiod, pattern.slots))
         self._apply(placed, +1)
         if hold_gpus:
@@ -104,6 +107,23 @@ class Snapshot:
         for link in links:
             self._link_gangs.setdefault(int(link), set()).add(gang.uid)
         return placed
+
+    def neighbours(self, links: np.ndarray, but: str = "") -> set[str]:
+        """The gangs (other than ``but``) that load any of ``links``."""
+        out: set[str] = set()
+        for link in links:
+            out |= self._link_gangs.get(int(link), set())
+        out.discard(but)
+        return out
+
+    def lock(self, uid: str) -> None:
+        """Mark a gang's offset as binding (its runtime aligns from now on)."""
+        self.placed[uid] = dataclasses.replace(self.placed[uid], locked=True)
+
+    def unlockable(self) -> list[str]:
+        """Locked gangs that no longer share any link with another gang: they may run free again."""
+        return sorted(uid for uid, p in self.placed.items()
+                      if p.locked and len(p.links) and not self.neighbours(p.links, but=uid))
 
     def forget(self, uid: str) -> Placed:
         """Remove a gang's load (and give back its GPUs if it took them)."""
