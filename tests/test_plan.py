@@ -110,3 +110,20 @@ def test_plan_reads_extra_models_from_catalog_file(tmp_path):
     assert result.returncode == 0, result.stderr
     rows = {row["job"]: row for row in json.loads(result.stdout)["decisions"]}
     assert rows["a"]["period_ms"] == 200.0 and abs(rows["a"]["offset_ms"] - rows["b"]["offset_ms"]) == 100.0
+
+
+def test_plan_reports_which_gangs_are_locked():
+    rows = {r["job"]: r for r in report(plan(parse(sanity())))["decisions"]}
+    assert rows["a"]["locked"] is False and rows["a"]["locks"] == []  # alone on its NICs: runs free
+    assert rows["b"]["locked"] is True and rows["b"]["locks"] == ["a"]  # shares them: both align
+
+
+def test_user_catalog_entries_may_name_their_reference_nic():
+    from volcano_metronome.catalog import entry_from_mapping
+
+    entry = entry_from_mapping("m", {"period_ms": 200, "windows": [{"start_ms": 100, "len_ms": 100, "fraction": 1}],
+                                     "reference_gbps": 50}, "catalog.m")
+    assert entry.profile(100.0).period_ms == 150.0  # the same volume in half the time on a twice faster NIC
+    with pytest.raises(InvalidInput, match="catalog.m.reference_gbps"):
+        entry_from_mapping("m", {"period_ms": 200, "windows": [{"start_ms": 100, "len_ms": 100, "fraction": 1}],
+                                 "reference_gbps": 0}, "catalog.m")

@@ -34,10 +34,12 @@ def report(results: list[tuple[JobSpec, Decision | NoFit]]) -> dict[str, Any]:
             rows.append({
                 "job": job.name, "status": "placed", "nodes": list(result.nodes), "members": list(result.members),
                 "offset_ms": result.offset_ms, "period_ms": result.period_ms, "links": list(result.links),
-                "overflow_gbps_ms": round(result.overflow_gbps_ms, 6), "feasible": result.feasible, "reason": "",
+                "overflow_gbps_ms": round(result.overflow_gbps_ms, 6), "feasible": result.feasible,
+                "locked": result.locked, "locks": list(result.locks), "reason": "",
             })
         else:
             rows.append({"job": job.name, "status": "pending", "nodes": [], "members": [], "offset_ms": None,
                          "period_ms": None, "links": [], "overflow_gbps_ms": None, "feasible": False,
+                         "locked": False, "locks": [],
                          "reason": result.reason})
     return {"decisions": rows}

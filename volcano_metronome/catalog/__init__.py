@@ -77,12 +77,13 @@ class Catalog:
 
 
 def entry_from_mapping(name: str, data: Any, field: str) -> CatalogEntry:
-    """Parse a user entry: ``{period_ms, windows: [{start_ms, len_ms, fraction}], jitter_ms, derivation}``."""
+    """Parse a user entry: ``{period_ms, windows: [{start_ms, len_ms, fraction}], jitter_ms, derivation, reference_gbps}``."""
     if not isinstance(data, Mapping):
         raise InvalidInput(field, data, "a mapping with period_ms and windows")
-    unknown = sorted(set(data) - {"period_ms", "windows", "jitter_ms", "derivation"})
+    unknown = sorted(set(data) - {"period_ms", "windows", "jitter_ms", "derivation", "reference_gbps"})
     if unknown:
-        raise InvalidInput(f"{field}.{unknown[0]}", data[unknown[0]], "one of period_ms, windows, jitter_ms, derivation")
+        raise InvalidInput(f"{field}.{unknown[0]}", data[unknown[0]],
+                           "one of period_ms, windows, jitter_ms, derivation, reference_gbps")
     raw = data.get("windows")
     if not isinstance(raw, list) or not raw:
         raise InvalidInput(f"{field}.windows", raw, "a non-empty list of {start_ms, len_ms, fraction}")
@@ -97,7 +98,8 @@ def entry_from_mapping(name: str, data: Any, field: str) -> CatalogEntry:
         windows.append(ModelWindow(number(w["start_ms"], f"{where}.start_ms"), number(w["len_ms"], f"{where}.len_ms"),
                                    fraction))
     entry = CatalogEntry(name, number(data.get("period_ms"), f"{field}.period_ms"), tuple(windows),
-                         number(data.get("jitter_ms", 0.0), f"{field}.jitter_ms"), str(data.get("derivation", "")))
+                         number(data.get("jitter_ms", 0.0), f"{field}.jitter_ms"), str(data.get("derivation", "")),
+                         number(data.get("reference_gbps", 100.0), f"{field}.reference_gbps", above=0.0))
     try:
         entry.profile(100.0)
     except InvalidInput as exc:
