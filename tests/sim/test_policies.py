@@ -76,7 +76,7 @@ def test_cassini_rotates_the_second_gang_into_the_first_ones_gap() -> None:
     b = placed(policy, job("b", 2, gpus=1))["b"]
     assert a[0] == b[0] == [0, 1]
     # Windows of 50 ms in 200 ms at 80 of 100 Gbps: b must not overlap a's window.
-    assert b[2] is not None and (b[2] - a[2]) % 200 >= 50 and (a[2] - b[2]) % 200 >= 50
+    assert a[2] is not None and b[2] is not None and (b[2] - a[2]) % 200 >= 50 and (a[2] - b[2]) % 200 >= 50
 
 
 def test_cassini_discards_candidates_whose_affinity_graph_loops(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -120,9 +120,12 @@ def placed_nodes(policy: SimPolicy, uid: str) -> list[int]:
 def test_metronome_decides_with_the_core_and_times_each_decision() -> None:
     policy = make("metronome", ctx(racks=1, nodes=2, gpus=4))
     a = placed(policy, job("a", 2, gpus=3))["a"]
+    assert a[2] is None and policy.shifts() == []  # alone on its NICs: no offset published, it runs free
     b = placed(policy, job("b", 2, gpus=1))["b"]
-    assert a[0] == b[0] == [0, 1] and a[2] is not None and b[2] is not None
-    assert (b[2] - a[2]) % 200 >= 50 and (a[2] - b[2]) % 200 >= 50
+    (lock,) = policy.shifts()  # b shares a's NICs: a is locked at its provisional offset
+    assert lock[0] == "a" and lock[1] is not None
+    assert a[0] == b[0] == [0, 1] and b[2] is not None
+    assert (b[2] - lock[1]) % 200 >= 50 and (lock[1] - b[2]) % 200 >= 50
     assert len(policy.stats.decision_ms) == 2 and all(ms > 0 for ms in policy.stats.decision_ms)
     policy.finish()
     assert policy.stats.extra["link_sharing_decisions"] == 1
@@ -156,16 +159,18 @@ def test_a_gang_with_a_free_choice_gets_the_offset_that_starts_at_once(name: str
     policy = make(name, ctx(racks=1, nodes=2, gpus=4))
     now = 7.013  # 7013 ms: slot 1403 rounded up, 1403 % 40 = 3, i.e. 15 ms
     (a,) = policy.schedule(now, [job("a", 2, gpus=3, arrival=now)])
-    assert a.offset_ms == 15.0
     # b must avoid a's window (150..200 ms of a's period, shifted by a's offset): the soonest free offset
     # counted from b's own phase wins among the equally good ones.
     later = 7.201  # 7201 ms -> slot 1441, 1441 % 40 = 1, i.e. 5 ms
     (b,) = policy.schedule(later, [job("b", 2, gpus=1, arrival=later)])
+    # metronome publishes a's (provisional) offset only when b locks it.
+    a_offset = a.offset_ms if name == "cassini" else dict(policy.shifts())["a"]
+    assert a_offset == 15.0
     assert b.offset_ms is not None
-    assert (b.offset_ms - a.offset_ms) % 200 >= 50 and (a.offset_ms - b.offset_ms) % 200 >= 50
+    assert (b.offset_ms - a_offset) % 200 >= 50 and (a_offset - b.offset_ms) % 200 >= 50
     lateness = (b.offset_ms - 5.0) % 200
     for offset in range(0, 200, 5):
-        clear = (offset - a.offset_ms) % 200 >= 50 and (a.offset_ms - offset) % 200 >= 50
+        clear = (offset - a_offset) % 200 >= 50 and (a_offset - offset) % 200 >= 50
         if clear:
             assert lateness <= (offset - 5.0) % 200, (offset, b.offset_ms)
 
@@ -174,7 +179,11 @@ def test_a_gang_placed_on_a_quiet_network_starts_without_padding(sanity: SimScen
     from volcano_metronome.sim.engine import Engine
 
     late = JobSpec("late", 0.337, 2, 6, 20, 0, PROFILE)
-    result = Engine(sanity, [late], "metronome").run()
-    (run,) = result.jobs
-    assert run.aligned and run.first_wait_s < 0.005  # less than one 5 ms slot, not up to a period
+    # cassini aligns every gang: the earliest tie-break makes it start within one 5 ms slot, not a period.
+    (run,) = Engine(sanity, [late], "cassini").run().jobs
+    assert run.aligned and run.first_wait_s < 0.005
     assert run.end_s - run.start_s == pytest.approx(run.isolated_s, abs=0.005)
+    # metronome does not align a gang nobody shares links with (lock on demand): no wait at all.
+    (run,) = Engine(sanity, [late], "metronome").run().jobs
+    assert not run.aligned and run.padded_s == 0.0
+    assert run.end_s - run.start_s == pytest.approx(run.isolated_s)

@@ -67,18 +67,27 @@ def test_gains_and_medians_over_seeds() -> None:
 def test_link_sharing_counts_are_summed_and_fractions_pooled_over_seeds() -> None:
     def run(sharing: int, zero: float | None) -> RunResult:
         r = result([job("a", 0.0, 0.0, 1.0)], [1.0] * 20, [1.0] * 20, "metronome")
-        r.extra = {"link_sharing_decisions": sharing, "zero_overflow_fraction": zero, "guarded_fit_fraction": zero}
+        r.extra = {"link_sharing_decisions": sharing, "zero_overflow_fraction": zero, "guarded_fit_fraction": zero,
+                   "placed_unlocked": 100 - sharing, "placed_locked": sharing, "locks": sharing // 10,
+                   "unlocks": sharing // 5}
         return r
 
     report = compare("s", [0, 1, 2], {"metronome": [run(10, 0.5), run(0, None), run(30, 1.0)]})
     ours = report["policies"]["metronome"]
     assert ours["link_sharing_decisions"] == 40
     assert ours["zero_overflow_fraction"] == pytest.approx(35 / 40)  # not the median of 0.5 and 1.0
+    assert (ours["placed_unlocked"], ours["placed_locked"], ours["locks"], ours["unlocks"]) == (260, 40, 4, 8)
 
 
 def test_alignment_costs_split_the_padding() -> None:
-    a = job("a", 0.0, 0.0, 3.0)
-    a.aligned, a.grid_period_s, a.padded_s, a.first_wait_s = True, 0.11, 0.5, 0.05  # period 0.1 s, 10 iterations
-    f = figures(result([a], [1.0] * 20, [1.0] * 20))
-    assert f["avg_padding_s"] == 0.5 and f["avg_first_slot_wait_s"] == 0.05
-    assert f["avg_snapping_s"] == pytest.approx(10 * 0.01)
+    a = job("a", 0.0, 0.0, 3.0)  # period 0.1 s, 10 iterations
+    a.links = np.array([0])
+    a.grid_period_s, a.padded_s, a.first_wait_s, a.reanchor_s = 0.11, 0.5, 0.05, 0.07
+    # Aligned for 6 iterations, one of which re-anchored (a lock): 5 held the snapped period.
+    a.aligned_iterations, a.steady = 6, 5
+    free = job("b", 0.0, 0.0, 1.0)  # ran free throughout: no padding, no snapping
+    free.links = np.array([1])
+    f = figures(result([a, free], [1.0] * 20, [1.0] * 20))
+    assert f["avg_padding_s"] == 0.25 and f["avg_first_slot_wait_s"] == 0.025 and f["avg_reanchor_s"] == 0.035
+    assert f["avg_snapping_s"] == pytest.approx(5 * 0.01 / 2)
+    assert f["aligned_iteration_share"] == pytest.approx(6 / 20)

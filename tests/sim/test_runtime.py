@@ -21,7 +21,8 @@ class Pinned(SimPolicy):
     name = "pinned"
     aligned = True
 
-    def __init__(self, ctx: Context, offsets: dict[str, float], shift: tuple[str, float] | None = None) -> None:
+    def __init__(self, ctx: Context, offsets: dict[str, float | None],
+                 shift: tuple[str, float | None] | None = None) -> None:
         super().__init__(ctx)
         self.offsets = offsets
         self.pending_shift = shift
@@ -31,7 +32,7 @@ class Pinned(SimPolicy):
         self.cycles += 1
         return [Placement(j.name, np.array([0, 1]), np.array([1, 1]), self.offsets[j.name], 200.0) for j in pending]
 
-    def shifts(self) -> list[tuple[str, float]]:
+    def shifts(self) -> list[tuple[str, float | None]]:
         # The shift is published at the second scheduling cycle (the second job's arrival).
         if self.cycles < 2 or self.pending_shift is None:
             return []
@@ -44,8 +45,8 @@ def job(name: str, arrival: float = 0.0, iterations: int = 10, jitter: float = 0
     return JobSpec(name, arrival, 2, 1, iterations, 0, profile)
 
 
-def run(sanity: SimScenario, jobs: list[JobSpec], offsets: dict[str, float],
-        shift: tuple[str, float] | None = None) -> dict[str, JobRun]:
+def run(sanity: SimScenario, jobs: list[JobSpec], offsets: dict[str, float | None],
+        shift: tuple[str, float | None] | None = None) -> dict[str, JobRun]:
     topology = sanity.scenario.topology.build()
     policy = Pinned(Context(sanity.scenario, topology, 0), offsets, shift)
     result = Engine(sanity, jobs, policy).run()
@@ -103,3 +104,30 @@ def test_a_new_offset_reanchors_the_helper_on_the_new_grid(sanity: SimScenario) 
     # Without the shift it would have ended at 0.6 s.
     assert a.end_s == pytest.approx(0.72)
     assert not math.isnan(done["b"].end_s)
+
+
+def test_a_gang_published_without_an_offset_runs_free(sanity: SimScenario) -> None:
+    done = run(sanity, [job("a", jitter=20.0)], {"a": None})["a"]
+    assert not done.aligned and done.padded_s == 0.0 and done.aligned_iterations == 0
+    assert done.end_s == pytest.approx(done.isolated_s)
+
+
+def test_a_lock_reanchors_a_free_gang_at_its_next_iteration(sanity: SimScenario) -> None:
+    # a runs free (bursts at 0.1 + k 0.2 s) until b's arrival at 0.95 s publishes offset 30 ms; its
+    # next burst, ready at 1.1 s, waits for the first slot of the new grid, 0.13 + m 0.2 -> 1.13 s.
+    done = run(sanity, [job("a"), job("b", arrival=0.95, iterations=1)], {"a": None, "b": 0.0}, shift=("a", 30.0))
+    a = done["a"]
+    assert a.reanchor_s == pytest.approx(0.03) and a.padded_s == pytest.approx(0.03) and a.first_wait_s == 0.0
+    assert a.aligned_iterations == 5 and a.steady == 4
+    assert a.end_s == pytest.approx(1.13 + 4 * 0.2 + 0.1)
+
+
+def test_an_unlock_stops_alignment_at_the_next_iteration(sanity: SimScenario) -> None:
+    # a is aligned (bursts at 0.1 + k 0.2 s, jitter padded away) until b's arrival at 0.95 s withdraws
+    # its offset: the burst of iteration 4 (at 0.9 s) was aligned, iterations 5 to 9 run free.
+    done = run(sanity, [job("a", jitter=20.0), job("b", arrival=0.95, iterations=1)], {"a": 0.0, "b": 0.0},
+               shift=("a", None))
+    a = done["a"]
+    assert a.aligned_iterations == 5 and not a.aligned
+    free = sum(0.2 - 0.02 * (1.0 - u) for u in a.u[5:])
+    assert a.end_s == pytest.approx(1.0 + free)

@@ -13,8 +13,13 @@ Jobs and the runtime helper
     iteration no earlier than ``epoch + offset + start_w + m P``: early, it pads; late (contention),
     it goes at once, and the next iteration aims at grid iteration ``m + 1`` again, so lateness is
     absorbed by the next early arrival instead of shifting the schedule. A gang more than a whole
-    period late drops the slots it missed. A new offset (re-optimisation, CASSINI's shifts) makes
-    the helper re-anchor at the next iteration: it pads to the first slot of the new grid.
+    period late drops the slots it missed.
+
+    The helper re-reads what is published at the start of every iteration (the real one re-reads a
+    downward-API volume). A new offset (re-optimisation, CASSINI's shifts, or a lock: an offset
+    published to a gang that ran free) makes it re-anchor there: it pads to the first slot of the
+    new grid, then holds ``P``. A withdrawn offset (an unlock, or a gang placed unlocked: lock on
+    demand) makes it run free from that iteration on: no padding, its natural iteration time.
 
 Gangs that load no link (one node) never touch the network: their end is computed in one step.
 """
@@ -46,8 +51,9 @@ class JobRun:
 
     __slots__ = ("spec", "index", "starts", "lens", "gbps", "volumes", "gaps", "jitter_gap", "jitter_s", "u",
                  "period_s", "start_s", "end_s", "nodes", "members", "links", "route", "aligned", "offset_s",
-                 "grid_period_s", "grid", "realign", "iteration", "window", "comm_s", "comm_ideal_s",
-                 "comm_started", "isolated_s", "padded_s", "first_wait_s")
+                 "grid_period_s", "grid", "realign", "published", "fresh", "iteration", "window", "comm_s",
+                 "comm_ideal_s", "comm_started", "isolated_s", "padded_s", "first_wait_s", "reanchor_s",
+                 "steady", "aligned_iterations")
 
     def __init__(self, spec: JobSpec, index: int, seed: int) -> None:
         profile = spec.profile
@@ -71,11 +77,13 @@ class JobRun:
         self.members = np.zeros(0, dtype=np.int64)
         self.links = np.zeros(0, dtype=np.int64)
         self.route: Any = None
-        self.aligned = False
-        self.offset_s = 0.0
-        self.grid_period_s = self.period_s
+        self.aligned = False  # the helper aligns this iteration's bursts (what it last read)
+        self.offset_s = 0.0  # the offset it aligns to
+        self.grid_period_s = self.period_s  # the snapped period, once a phased policy publishes one
         self.grid = 0
         self.realign = True
+        self.published: float | None = None  # the offset published now (s); None: runs free
+        self.fresh = False  # something new was published since the helper last read
         self.iteration = 0
         self.window = 0
         self.comm_s = 0.0
@@ -84,6 +92,9 @@ class JobRun:
         self.isolated_s = 0.0
         self.padded_s = 0.0  # time the runtime helper held bursts back to their slots
         self.first_wait_s = 0.0  # of which: before the very first burst (waiting for the first slot)
+        self.reanchor_s = 0.0  # of which: re-anchoring on a new grid later on (locks, new offsets)
+        self.steady = 0  # aligned iterations that followed an aligned one on the same grid
+        self.aligned_iterations = 0
 
     def compute(self, gap: int) -> float:
         """Length of compute gap ``gap`` in the current iteration (jitter included)."""
@@ -189,17 +200,22 @@ class Engine:
             self.kernel.at(self.kernel.now, self._cycle, rank=SCHEDULING)
 
     def _cycle(self) -> None:
+        # Runs after every arrival and completion, even with nothing pending: a policy re-optimises
+        # (and unlocks gangs) after departures.
         self._cycle_queued = False
-        if not self.pending:
-            return
         for placement in self.policy.schedule(self.kernel.now, [j.spec for j in self.pending.values()]):
             job = self.pending.pop(placement.uid)
             self._start(job, placement.nodes, placement.members, placement.offset_ms, placement.period_ms)
         for uid, offset_ms in self.policy.shifts():
             job = self.by_name[uid]
-            if job.aligned and math.isnan(job.end_s):
-                job.offset_s = offset_ms / 1000.0
-                job.realign = True
+            if len(job.links) and math.isnan(job.end_s):
+                self._publish(job, offset_ms)
+
+    @staticmethod
+    def _publish(job: JobRun, offset_ms: float | None) -> None:
+        """What the controller writes to a running gang's pods: an offset, or none (it runs free)."""
+        job.published = None if offset_ms is None else offset_ms / 1000.0
+        job.fresh = True
 
     def _start(self, job: JobRun, nodes: np.ndarray, members: np.ndarray, offset_ms: float | None,
                period_ms: float | None) -> None:
@@ -221,11 +237,10 @@ class Engine:
             return
         job.route = self.fluid.route(job.links)
         self._occupy(job.links, +1)
-        if offset_ms is not None and period_ms is not None:
-            job.aligned = True
-            job.offset_s = offset_ms / 1000.0
+        if period_ms is not None:
+            # A phased placement carries the snapped period, and an offset unless the gang runs free.
             job.grid_period_s = period_ms / 1000.0
-            job.realign = True
+            self._publish(job, offset_ms)
         self._compute(job, 0)
 
     # -- one job's iterations --------------------------------------------------------------------
@@ -241,15 +256,35 @@ class Engine:
 
     def _ready(self, job: JobRun) -> None:
         now = self.kernel.now
+        if job.window == 0:
+            self._read(job)
         if job.aligned:
+            anchoring = job.window == 0 and job.realign
             target = self._target(job, now)
             if target > now + _EPS:
-                job.padded_s += target - now
+                wait = target - now
+                job.padded_s += wait
                 if job.iteration == 0 and job.window == 0:
-                    job.first_wait_s = target - now
+                    job.first_wait_s = wait
+                elif anchoring:
+                    job.reanchor_s += wait
                 self.kernel.at(target, self._send, job)
                 return
         self._send(job)
+
+    @staticmethod
+    def _read(job: JobRun) -> None:
+        """The helper, at the start of an iteration, reads what is published (see the module docstring)."""
+        if job.fresh:
+            job.fresh = False
+            job.aligned = job.published is not None
+            if job.published is not None:
+                job.offset_s = job.published
+                job.realign = True
+        if job.aligned:
+            job.aligned_iterations += 1
+            if not job.realign:
+                job.steady += 1
 
     def _target(self, job: JobRun, now: float) -> float:
         period = job.grid_period_s

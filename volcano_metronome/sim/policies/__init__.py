@@ -2,9 +2,10 @@
 
 A policy sees the pending jobs at every scheduling cycle (after arrivals and completions) and returns
 the placements it makes; it is told when a job ends. Policies that phase gangs (``aligned``) give
-each placement an offset and the snapped period the offset refers to, and may later move offsets of
-running gangs (``shifts``); the engine's runtime helper aligns bursts to them. Every policy keeps
-its own view of free GPUs; the engine checks each placement against its own ledger.
+each placement that loads links the snapped period of its grid and, unless the gang runs free (lock
+on demand), an offset on that grid; they may later publish new offsets to running gangs, or
+withdraw them (``shifts``). The engine's runtime helper aligns bursts to what is published. Every
+policy keeps its own view of free GPUs; the engine checks each placement against its own ledger.
 """
 
 from __future__ import annotations
@@ -31,12 +32,12 @@ POLICIES: dict[str, str] = {
 
 @dataclass(frozen=True, eq=False)
 class Placement:
-    """Where a job runs; for phased policies also the offset and the period it refers to (ms after the epoch)."""
+    """Where a job runs; for phased policies also the snapped period and the offset on it (ms after the epoch)."""
 
     uid: str
     nodes: np.ndarray  # node indices
     members: np.ndarray  # members on each node
-    offset_ms: float | None = None
+    offset_ms: float | None = None  # None with a period: the gang runs free until an offset is published
     period_ms: float | None = None
 
 
@@ -76,8 +77,12 @@ class SimPolicy:
     def release(self, now: float, uid: str) -> None:
         """A placed job has ended: give its resources back."""
 
-    def shifts(self) -> list[tuple[str, float]]:
-        """New offsets (ms) of running gangs since the last call, as ``(uid, offset_ms)``."""
+    def shifts(self) -> list[tuple[str, float | None]]:
+        """What changed for running gangs since the last call, as ``(uid, offset_ms)``.
+
+        A number is a new offset (a gang that ran free is thereby locked); None withdraws the offset
+        (the gang is unlocked and runs free).
+        """
         return []
 
     def finish(self) -> None:

@@ -53,7 +53,7 @@ class Cassini(SimPolicy):
         self.rack = racks_of(topo)
         self.on_link: dict[int, set[str]] = {}
         self.links_of: dict[str, list[int]] = {}
-        self._shifts: list[tuple[str, float]] = []
+        self._shifts: list[tuple[str, float | None]] = []
         self.counts = {"decisions": 0, "sharing": 0, "looped_all": 0, "discarded_loops": 0, "shifted": 0}
 
     def schedule(self, now: float, pending: Sequence[JobSpec]) -> list[Placement]:
@@ -73,7 +73,7 @@ class Cassini(SimPolicy):
         for link in self.links_of.pop(uid):
             self.on_link[link].discard(uid)
 
-    def shifts(self) -> list[tuple[str, float]]:
+    def shifts(self) -> list[tuple[str, float | None]]:
         """Running gangs rotated by the last placements."""
         out, self._shifts = self._shifts, []
         return out

@@ -9,6 +9,12 @@ last cycle carry overflow, ``core.reoptimize.reoptimise`` moves offsets of the g
 Decision and re-optimisation latencies are measured here with ``time.perf_counter`` (the core has
 no clock). A gang that loads no link gets no offset: its runtime has nothing to align.
 
+Lock on demand (``Policy.lock_on_demand``, see ``core.decision``), published as the controller
+will: a gang placed unlocked gets its snapped period but no offset, and runs free; the decision that
+locks it (``Decision.locks``) publishes its provisional offset, on which its runtime re-anchors.
+After departures, on the same pass as re-optimisation, every gang ``Snapshot.unlockable`` names
+is unlocked (its offset withdrawn): its neighbours have all left, so it runs free again.
+
 ``decide`` is given the current phase as ``earliest`` (see ``common.first_slot``): among offsets
 that are otherwise equal it picks the one whose first slot comes soonest, so a gang with a free
 choice starts at once instead of waiting up to a period for offset 0.
@@ -53,10 +59,12 @@ class Metronome(SimPolicy):
         self.links_of: dict[str, np.ndarray] = {}
         self.on_link: dict[int, set[str]] = {}
         self.dirty: set[int] = set()
-        self._shifts: list[tuple[str, float]] = []
+        self.departed = False
+        self._shifts: list[tuple[str, float | None]] = []
         self.reopt_ms: list[float] = []
         self.counts = {"decisions": 0, "sharing": 0, "sharing_zero_overflow": 0, "sharing_guarded_fit": 0,
-                       "reoptimisations": 0, "moves": 0}
+                       "reoptimisations": 0, "moves": 0, "placed_unlocked": 0, "placed_locked": 0, "locks": 0,
+                       "unlocks": 0}
         self.snapping: list[float] = []
         # For the TDM picture: per link, the most gangs ever on it at once and their phases then.
         self.crowd = self.stats.crowd
@@ -80,10 +88,17 @@ class Metronome(SimPolicy):
             self._track(gang.uid, links)
             if not result.feasible:
                 self.dirty.update(links.tolist())
+            for uid in result.locks:
+                self.counts["locks"] += 1
+                self._shifts.append((uid, self.snapshot.placed[uid].offset * self.snapshot.grid.slot_ms))
             phased = len(links) > 0
+            offset = result.offset_ms if phased and result.locked else None
             out.append(Placement(gang.uid, self.snapshot.topology.nodes_of(result.nodes), np.array(result.members),
-                                 result.offset_ms if phased else None, result.period_ms if phased else None))
+                                 offset, result.period_ms if phased else None))
         self._reoptimise()
+        if self.departed:
+            self.departed = False
+            self._unlock()
         return out
 
     def release(self, now: float, uid: str) -> None:
@@ -93,10 +108,11 @@ class Metronome(SimPolicy):
         for link in links.tolist():
             self.on_link[link].discard(uid)
         self.dirty.update(links.tolist())
+        self.departed = True
         del self.gangs[uid]
 
-    def shifts(self) -> list[tuple[str, float]]:
-        """Offsets moved by re-optimisation since the last call."""
+    def shifts(self) -> list[tuple[str, float | None]]:
+        """Offsets published since the last call: moves, locks (a number) and unlocks (None)."""
         out, self._shifts = self._shifts, []
         return out
 
@@ -110,6 +126,7 @@ class Metronome(SimPolicy):
         self.counts["decisions"] += 1
         if len(links):
             self.snapping.append(result.snapping_error)
+            self.counts["placed_locked" if result.locked else "placed_unlocked"] += 1
         if len(links) and self.snapshot.load[links].any():
             self.counts["sharing"] += 1
             self.counts["sharing_zero_overflow"] += int(result.overflow_gbps_ms == 0)
@@ -146,6 +163,18 @@ class Metronome(SimPolicy):
         for move in result.moves:
             self._shifts.append((move.uid, move.offset_ms))
 
+    def _unlock(self) -> None:
+        """Withdraw the offsets of locked gangs whose neighbours have all left (the product's re-optimisation pass)."""
+        if not self.policy.lock_on_demand:
+            return
+        for uid in self.snapshot.unlockable():
+            # The snapshot has no unlock of its own: re-assume the gang unlocked, at the same offset.
+            placed = self.snapshot.forget(uid)
+            self.snapshot.assume(placed.gang, placed.nodes, placed.members, placed.offset, placed.pattern,
+                                 placed.holds_gpus, locked=False)
+            self.counts["unlocks"] += 1
+            self._shifts.append((uid, None))
+
     def finish(self) -> None:
         """Sum up what the core did over the run."""
         c = self.counts
@@ -158,6 +187,10 @@ class Metronome(SimPolicy):
             "reopt_ms_p50": _pct(self.reopt_ms, 50),
             "reopt_ms_p99": _pct(self.reopt_ms, 99),
             "snapping_error_mean": float(np.mean(self.snapping)) if self.snapping else 0.0,
+            "placed_unlocked": c["placed_unlocked"],
+            "placed_locked": c["placed_locked"],
+            "locks": c["locks"],
+            "unlocks": c["unlocks"],
         }
 
 

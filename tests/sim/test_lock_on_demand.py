@@ -1,0 +1,95 @@
+"""Lock on demand in the simulator: a gang aligns its bursts only while another gang shares its links.
+
+The cluster is sanity-2jobs' (two nodes, 100 Gbps NICs). Every job below needs both nodes, so any two
+share both NICs. Their period (190 ms) is off the grid and snaps to 200 ms: an aligned iteration
+pads 10 ms, which is what a gang running free does not pay.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from volcano_metronome.core.profile import Profile, Window
+from volcano_metronome.scenario import JobSpec
+from volcano_metronome.sim.engine import Engine, JobRun, RunResult
+from volcano_metronome.sim.policies import Context, make
+from volcano_metronome.sim.workload import SimScenario
+
+# 80 ms of compute, a 90 ms burst at the NIC's full rate, 20 ms of compute: duty cycle 0.47.
+PROFILE = Profile(190.0, (Window(80.0, 90.0, 100.0),), 0.0)
+SNAPPING_S = 0.200 - 0.190
+
+
+def spec(name: str, arrival: float, gpus: int, iterations: int) -> JobSpec:
+    return JobSpec(name, arrival, 2, gpus, iterations, 0, PROFILE)
+
+
+def run(sim: SimScenario, jobs: list[JobSpec], policy: str = "metronome", lock_on_demand: bool = True) -> RunResult:
+    scenario = dataclasses.replace(sim.scenario, policy=dataclasses.replace(sim.scenario.policy,
+                                                                            lock_on_demand=lock_on_demand))
+    chosen = make(policy, Context(scenario, scenario.topology.build(), 0))
+    return Engine(sim, jobs, chosen).run()
+
+
+def by_name(result: RunResult) -> dict[str, JobRun]:
+    return {j.spec.name: j for j in result.jobs}
+
+
+def test_a_lone_gang_runs_free_and_pays_no_padding(sanity: SimScenario) -> None:
+    (a,) = run(sanity, [spec("a", 0.337, 6, 40)]).jobs
+    assert a.padded_s == 0.0 and a.aligned_iterations == 0
+    assert a.end_s - a.start_s == pytest.approx(a.isolated_s)
+    # The same gang locked from the start (lock on demand off, as before) pads every iteration to 200 ms.
+    (locked,) = run(sanity, [spec("a", 0.337, 6, 40)], lock_on_demand=False).jobs
+    assert locked.aligned_iterations == 40 and locked.steady == 39
+    assert locked.padded_s == pytest.approx(locked.first_wait_s + 39 * SNAPPING_S)
+    assert locked.end_s - locked.start_s == pytest.approx(locked.isolated_s + locked.padded_s)
+
+
+def test_cassini_keeps_aligning_every_gang(sanity: SimScenario) -> None:
+    (a,) = run(sanity, [spec("a", 0.0, 6, 40)], policy="cassini").jobs
+    assert a.aligned_iterations == 40 and a.padded_s == pytest.approx(39 * SNAPPING_S)
+
+
+def test_a_gang_sharing_the_nics_locks_both_they_interleave_and_departure_unlocks(sanity: SimScenario) -> None:
+    result = run(sanity, [spec("a", 0.0, 6, 40), spec("b", 1.0, 2, 10)])
+    jobs = by_name(result)
+    a, b = jobs["a"], jobs["b"]
+    assert result.extra["placed_unlocked"] == 1 and result.extra["placed_locked"] == 1
+    assert result.extra["locks"] == 1 and result.extra["unlocks"] == 1
+    # a ran free (190 ms iterations): its 6th burst is ready at 5 x 0.19 + 0.08 = 1.03 s, after b's
+    # placement locked it at its provisional offset 0: it re-anchors on its grid, 0.08 + m 0.2 -> 1.08 s.
+    assert a.offset_s == 0.0 and a.first_wait_s == 0.0 and a.reanchor_s == pytest.approx(0.05)
+    # b was placed at 1.0 s clear of a's burst (80..170 ms of the 200 ms grid): offset 90 ms, the soonest
+    # one that clears it; its burst, ready at 1.08 s, waits for its slot at 1.17 s.
+    assert b.offset_s == pytest.approx(0.09) and b.first_wait_s == pytest.approx(0.09)
+    # Interleaved: neither burst ever met the other (every burst at full rate).
+    for j in (a, b):
+        assert j.comm_s == pytest.approx(j.comm_ideal_s)
+    # b ends at 1.17 + 9 x 0.2 + 0.09 + 0.02 = 3.08 s; a's last aligned burst was ready at 3.07 s
+    # (iterations 5 to 15 aligned, 10 of them holding 200 ms), then the unlock let a run free again.
+    assert b.end_s == pytest.approx(3.08)
+    assert a.aligned_iterations == 11 and a.steady == 10 and not a.aligned
+    assert a.padded_s == pytest.approx(0.05 + 10 * SNAPPING_S)
+    assert a.end_s - a.start_s == pytest.approx(a.isolated_s + a.padded_s)
+    assert b.end_s - b.start_s == pytest.approx(b.isolated_s + b.padded_s)
+
+
+def test_a_gang_placed_beside_a_locked_one_only_locks_the_newcomer(sanity: SimScenario) -> None:
+    # c arrives while a and b are locked together; it cannot be placed (no GPU left) until b leaves,
+    # so it takes b's place beside a, which is still locked at its turn: nothing to lock, no unlock.
+    result = run(sanity, [spec("a", 0.0, 6, 40), spec("b", 1.0, 2, 10), spec("c", 1.5, 2, 5)])
+    c = by_name(result)["c"]
+    assert c.start_s == pytest.approx(by_name(result)["b"].end_s)
+    assert result.extra["locks"] == 1 and result.extra["placed_locked"] == 2
+    # After c leaves too, a is alone again and runs free.
+    assert result.extra["unlocks"] == 1 and not by_name(result)["a"].aligned
+    assert all(j.comm_s == pytest.approx(j.comm_ideal_s) for j in result.jobs)
+
+
+def test_the_small_scenario_locks_and_unlocks_so_the_whole_run_checks_cover_them(small: SimScenario) -> None:
+    # tests/sim/test_runs.py checks conservation and determinism on this scenario and seed.
+    extra = Engine(small, small.jobs(0), "metronome", seed=0).run().extra
+    assert extra["placed_unlocked"] > 0 and extra["locks"] > 0 and extra["unlocks"] > 0
