@@ -123,8 +123,10 @@ def parse_topology(data: Any) -> TopologySpec:
 
 
 def parse_policy(data: Any, grid: SlotGrid) -> Policy:
-    """Parse ``policy: {ordering, aging_per_minute, priority_weight, cushion_slots, overflow_tolerance, max_candidates}``."""
-    keys = {"ordering", "aging_per_minute", "priority_weight", "cushion_slots", "overflow_tolerance", "max_candidates"}
+    """Parse ``policy: {ordering, aging_per_minute, priority_weight, cushion_slots, overflow_tolerance, max_candidates,
+    lock_on_demand}``."""
+    keys = {"ordering", "aging_per_minute", "priority_weight", "cushion_slots", "overflow_tolerance", "max_candidates",
+            "lock_on_demand"}
     _mapping(data, "policy", keys)
     defaults = Policy()
     ordering = data.get("ordering", defaults.ordering.value)
@@ -138,6 +140,7 @@ def parse_policy(data: Any, grid: SlotGrid) -> Policy:
         overflow_tolerance=number(data.get("overflow_tolerance", defaults.overflow_tolerance),
                                   "policy.overflow_tolerance"),
         max_candidates=integer(data.get("max_candidates", defaults.max_candidates), "policy.max_candidates", 1),
+        lock_on_demand=fields.boolean(data.get("lock_on_demand", defaults.lock_on_demand), "policy.lock_on_demand"),
         grid=grid,
     )
 

@@ -189,3 +189,25 @@ def test_without_lock_on_demand_every_gang_is_locked():
     snap = empty(two_nodes(), 8)
     d = decide(snap, gang("a", 2, 5), Policy(lock_on_demand=False))
     assert d.locked and d.locks == ()
+
+
+def test_gangs_that_cannot_collide_are_not_locked():
+    snap = empty(two_nodes(), 8)
+    a = gang("a", 2, 5, gbps=40.0)
+    commit(snap, a, decide(snap, a, POLICY))
+    b = gang("b", 2, 3, gbps=50.0)  # 40 + 50 <= 100 Gbps: whatever their phases, the NICs never overflow
+    db = decide(snap, b, POLICY)
+    assert not db.locked and db.locks == ()
+    commit(snap, b, db)
+    assert not snap.placed["a"].locked and not snap.placed["b"].locked
+
+
+def test_unlock_makes_an_offset_provisional_again():
+    snap = empty(two_nodes(), 8)
+    a, b = gang("a", 2, 5), gang("b", 2, 3)
+    commit(snap, a, decide(snap, a, POLICY))
+    commit(snap, b, decide(snap, b, POLICY))
+    snap.forget("b")
+    for uid in snap.unlockable():
+        snap.unlock(uid)
+    assert not snap.placed["a"].locked and snap.unlockable() == []

@@ -15,10 +15,12 @@ every shared link together. Choice, in order:
 3. otherwise: no fit.
 
 Lock on demand (``Policy.lock_on_demand``): aligning bursts to a slot costs a gang the padding up
-to its snapped period, which buys nothing while no other gang shares its links. A gang placed on
-links nobody else loads is therefore *unlocked*: its offset is provisional and its runtime runs free.
-The first gang placed on one of its links locks it (``Decision.locks``) at that provisional offset,
-which the new gang's offset was chosen against.
+to its snapped period, which buys nothing unless its bursts could collide with another gang's. A
+link is *contended* when the peak rates of the gangs on it add up to more than its capacity; only
+there can phases matter. A gang that shares no contended link is therefore *unlocked*: its offset is
+provisional and its runtime runs free. The first gang whose placement makes one of its links
+contended locks it (``Decision.locks``) at that provisional offset, which the new gang's offset was
+chosen against; ``Snapshot.unlockable`` names locked gangs left with no contended link.
 """
 
 from __future__ import annotations
@@ -55,7 +57,7 @@ class Decision:
     peak_utilisation: float
     racks: int
     score: float  # the cost minimised (0 when feasible)
-    locked: bool = True  # the gang shares a loaded link, so its runtime must align bursts to the offset
+    locked: bool = True  # the gang shares a contended link, so its runtime must align bursts to the offset
     locks: tuple[str, ...] = ()  # unlocked gangs on its links that must now align to their offsets
 
 
@@ -157,8 +159,8 @@ def _score(snapshot: Snapshot, gang: Gang, pattern: Pattern, cand: Candidate, po
 
 def _decision(snapshot: Snapshot, gang: Gang, pattern: Pattern, best: _Scored, policy: Policy) -> Decision:
     topo, grid = snapshot.topology, snapshot.grid
-    links, _ = loaded_links(topo, best.candidate.nodes)
-    neighbours = snapshot.neighbours(links)
+    links, mult = loaded_links(topo, best.candidate.nodes)
+    neighbours = snapshot.neighbours(snapshot.contended(links, mult * int(pattern.rates.max())))
     span = np.lcm(snapshot.hyperperiod, pattern.slots)
     periods_in_span = int(span // pattern.slots)
     return Decision(

@@ -52,6 +52,8 @@ class Snapshot:
         self.hyperperiod = 1
         self.load = np.zeros((len(topology.links), 1), dtype=np.int32)
         self.link_mean = np.zeros(len(topology.links))
+        # Sum of the peak rates of the gangs on each link: when it fits the capacity, no phase of theirs can collide.
+        self.link_peaks = np.zeros(len(topology.links), dtype=np.int64)
         self.placed: dict[str, Placed] = {}
         self._link_gangs: dict[int, set[str]] = {}
 
@@ -116,14 +118,22 @@ class Snapshot:
         out.discard(but)
         return out
 
+    def contended(self, links: np.ndarray, extra_peaks: np.ndarray | int = 0) -> np.ndarray:
+        """The links among ``links`` whose gangs' peak rates (plus ``extra_peaks``) could exceed capacity."""
+        return np.asarray(links[self.link_peaks[links] + extra_peaks > self.topology.capacity_mbps[links]])
+
     def lock(self, uid: str) -> None:
         """Mark a gang's offset as binding (its runtime aligns from now on)."""
         self.placed[uid] = dataclasses.replace(self.placed[uid], locked=True)
 
+    def unlock(self, uid: str) -> None:
+        """Mark a gang's offset as provisional again (its runtime runs free)."""
+        self.placed[uid] = dataclasses.replace(self.placed[uid], locked=False)
+
     def unlockable(self) -> list[str]:
-        """Locked gangs that no longer share any link with another gang: they may run free again."""
+        """Locked gangs that share no contended link any more: they may run free again."""
         return sorted(uid for uid, p in self.placed.items()
-                      if p.locked and len(p.links) and not self.neighbours(p.links, but=uid))
+                      if p.locked and not self.neighbours(self.contended(p.links), but=uid))
 
     def forget(self, uid: str) -> Placed:
         """Remove a gang's load (and give back its GPUs if it took them)."""
@@ -141,6 +151,7 @@ class Snapshot:
         row = placed.row(self.hyperperiod)
         self.load[placed.links] += (sign * placed.multiplier[:, None] * row[None, :]).astype(np.int32)
         self.link_mean[placed.links] += sign * placed.multiplier * float(placed.pattern.rates.mean())
+        self.link_peaks[placed.links] += sign * placed.multiplier * int(placed.pattern.rates.max())
 
     def _grow(self, hyperperiod: int) -> None:
         if hyperperiod == self.hyperperiod:

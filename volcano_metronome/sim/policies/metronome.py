@@ -13,7 +13,7 @@ Lock on demand (``Policy.lock_on_demand``, see ``core.decision``), published as 
 will: a gang placed unlocked gets its snapped period but no offset, and runs free; the decision that
 locks it (``Decision.locks``) publishes its provisional offset, on which its runtime re-anchors.
 After departures, on the same pass as re-optimisation, every gang ``Snapshot.unlockable`` names
-is unlocked (its offset withdrawn): its neighbours have all left, so it runs free again.
+is unlocked (its offset withdrawn): no contended link is left to it, so it runs free again.
 
 ``decide`` is given the current phase as ``earliest`` (see ``common.first_slot``): among offsets
 that are otherwise equal it picks the one whose first slot comes soonest, so a gang with a free
@@ -168,10 +168,7 @@ class Metronome(SimPolicy):
         if not self.policy.lock_on_demand:
             return
         for uid in self.snapshot.unlockable():
-            # The snapshot has no unlock of its own: re-assume the gang unlocked, at the same offset.
-            placed = self.snapshot.forget(uid)
-            self.snapshot.assume(placed.gang, placed.nodes, placed.members, placed.offset, placed.pattern,
-                                 placed.holds_gpus, locked=False)
+            self.snapshot.unlock(uid)
             self.counts["unlocks"] += 1
             self._shifts.append((uid, None))
 
