@@ -1,13 +1,17 @@
-"""The training-side helper that aligns bursts to the published slot."""
+"""The training-side helper that aligns bursts to the published slot, from env vars or live files."""
 
 from __future__ import annotations
+
+import os
+import pathlib
+import shutil
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from volcano_metronome.core.errors import InvalidInput
-from volcano_metronome.runtime import Metronome, next_start_ms
+from volcano_metronome.runtime import SLOT_FILES, Metronome, Timing, next_start_ms
 
 
 @given(st.floats(0, 1e9), st.floats(0, 1e9), st.floats(1, 10_000), st.floats(0, 10_000))
@@ -43,3 +47,140 @@ def test_from_env_reads_the_downward_api_variables_and_refuses_garbage():
         Metronome.from_env({**env, "METRONOME_EPOCH": "soon"})
     with pytest.raises(InvalidInput, match="METRONOME_PERIOD_MS"):
         Metronome.from_env({**env, "METRONOME_PERIOD_MS": "0"})
+
+
+# ----------------------------------------------------------------------------- the timing files
+class KubeletVolume:
+    """A downwardAPI volume as the kubelet's atomic writer keeps it: every update is a new hidden
+    directory, published by renaming a fresh ``..data_tmp`` symlink over ``..data``; the visible files
+    are symlinks through ``..data``; the previous directory is then removed."""
+
+    def __init__(self, root: pathlib.Path) -> None:
+        self.root = root
+        self.updates = 0
+
+    def publish(self, period: str = "", offset: str = "", epoch: str = "") -> None:
+        self.updates += 1
+        data = self.root / f"..2026_01_01_00_00_00.{self.updates:09d}"
+        data.mkdir()
+        for name, value in zip(SLOT_FILES, (period, offset, epoch)):
+            (data / name).write_text(value)  # an absent annotation projects as an empty file
+        old = os.readlink(self.root / "..data") if (self.root / "..data").is_symlink() else None
+        os.symlink(data.name, self.root / "..data_tmp")
+        os.rename(self.root / "..data_tmp", self.root / "..data")
+        for name in SLOT_FILES:
+            if not (self.root / name).is_symlink():
+                os.symlink(f"..data/{name}", self.root / name)
+        if old is not None:
+            shutil.rmtree(self.root / old)
+
+
+class Clock:
+    def __init__(self, seconds: float) -> None:
+        self.now = seconds
+        self.slept: list[float] = []
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        self.now += seconds
+
+
+def follow(path: pathlib.Path, clock: Clock) -> Metronome:
+    m = Metronome.from_dir(path, clock=clock, sleep=clock.sleep)
+    assert m is not None
+    return m
+
+
+def test_from_dir_runs_free_until_locked_then_aligns_from_the_epoch(tmp_path: pathlib.Path) -> None:
+    volume, clock = KubeletVolume(tmp_path), Clock(100.0)
+    volume.publish(period="200")  # placed alone on its links: the period only
+    m = follow(tmp_path, clock)
+    assert m.wait() == 0.0 and not m.aligned
+    volume.publish(period="200", offset="50", epoch="110000")  # locked, from an epoch 10 s ahead
+    clock.now = 104.321
+    assert m.wait() == 0.0 and m.pending is not None  # still free until the epoch
+    clock.now = 110.120
+    assert m.wait() == pytest.approx(130.0)  # the first slot of the grid: 110.050 + 200 ms
+    assert (m.period_ms, m.offset_ms, m.epoch_ms) == (200.0, 50.0, 110000.0)
+    clock.now += 0.1
+    assert m.wait() == pytest.approx(100.0) and m.slot == 2
+
+
+def test_from_dir_reanchors_on_a_move_at_its_epoch_and_runs_free_once_unlocked(tmp_path: pathlib.Path) -> None:
+    volume, clock = KubeletVolume(tmp_path), Clock(200.0)
+    volume.publish(period="200", offset="50", epoch="0")
+    m = follow(tmp_path, clock)
+    assert m.wait() == pytest.approx(50.0)  # 200.050
+    clock.now += 0.170  # 200.220
+    assert m.wait() == pytest.approx(30.0)  # the old grid's next slot, 200.250
+    volume.publish(period="200", offset="150", epoch="201600")  # moved, from 201.6 s
+    clock.now = 200.400
+    assert m.wait() == pytest.approx(50.0)  # the old grid until then: 200.450
+    clock.now = 201.700
+    # In effect: re-anchor at the first slot of the new grid (201.750), not one slot on from the old one.
+    assert m.wait() == pytest.approx(50.0) and m.offset_ms == 150.0
+    volume.publish(period="200")  # unlocked: offset and epoch withdrawn
+    clock.now = 201.960
+    slept = len(clock.slept)
+    assert m.wait() == 0.0 and not m.aligned and len(clock.slept) == slept
+
+
+def test_from_dir_checks_for_changes_once_per_wait_and_reads_only_on_change(
+        tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    volume, clock = KubeletVolume(tmp_path), Clock(100.0)
+    volume.publish(period="200", offset="0", epoch="0")
+    m = follow(tmp_path, clock)
+    links, reads = [], []
+    real_readlink, real_read_text = os.readlink, pathlib.Path.read_text
+    monkeypatch.setattr(os, "readlink", lambda p, *a, **k: links.append(p) or real_readlink(p, *a, **k))
+    monkeypatch.setattr(pathlib.Path, "read_text",
+                        lambda self, *a, **k: reads.append(self) or real_read_text(self, *a, **k))
+    for _ in range(5):
+        m.wait()
+    assert len(links) == 5 and reads == []
+    volume.publish(period="200", offset="100", epoch="0")
+    m.wait()
+    assert len(reads) == 3 and m.offset_ms == 100.0
+
+
+def test_from_dir_reads_one_consistent_set_and_retries_a_set_swapped_away(tmp_path: pathlib.Path) -> None:
+    volume, clock = KubeletVolume(tmp_path), Clock(100.0)
+    volume.publish(period="200", offset="20", epoch="0")
+    m = follow(tmp_path, clock)
+    os.symlink("..gone", tmp_path / "..data_tmp")  # the link names a directory removed meanwhile
+    os.rename(tmp_path / "..data_tmp", tmp_path / "..data")
+    assert m.files is not None and m.files.changed() is None
+    volume.updates += 1
+    (tmp_path / "..gone").mkdir()
+    for name, value in zip(SLOT_FILES, ("200", "80", "0")):
+        (tmp_path / "..gone" / name).write_text(value)
+    assert m.files.changed() == Timing(200.0, 80.0, 0.0)  # read now that it is there
+
+
+def test_from_dir_follows_a_plain_directory_by_its_files(tmp_path: pathlib.Path) -> None:
+    clock = Clock(100.0)
+    for name, value in zip(SLOT_FILES, ("200", "", "")):
+        (tmp_path / name).write_text(value)
+    m = follow(tmp_path, clock)
+    assert m.wait() == 0.0 and not m.aligned
+    for name, value in zip(SLOT_FILES, ("200", "60", "0")):
+        (tmp_path / f".{name}.new").write_text(value)
+        os.replace(tmp_path / f".{name}.new", tmp_path / name)  # a new inode: seen without relying on mtime
+    assert m.wait() == pytest.approx(60.0) and m.aligned
+
+
+def test_from_dir_refuses_garbage_at_start_and_ignores_it_later(tmp_path: pathlib.Path) -> None:
+    assert Metronome.from_dir(tmp_path / "absent") is None  # no volume: the gang is not managed
+    volume, clock = KubeletVolume(tmp_path), Clock(100.0)
+    volume.publish(period="200", offset="soon", epoch="0")
+    with pytest.raises(InvalidInput, match="offset-ms: got 'soon'"):
+        Metronome.from_dir(tmp_path)
+    volume.publish(period="200", offset="50", epoch="0")
+    m = follow(tmp_path, clock)
+    volume.publish(period="0", offset="50", epoch="0")
+    with pytest.warns(RuntimeWarning, match="period-ms"):
+        waited = m.wait()
+    assert waited == pytest.approx(50.0) and m.period_ms == 200.0  # the previous slot stays

@@ -45,6 +45,11 @@ EPOCH = PREFIX + "epoch"  # cluster-wide time origin, Unix time in integer milli
 SCHEDULING_GATE = PREFIX + "placement"
 ADMISSION_CHECK_CONTROLLER = PREFIX + "placement"  # Kueue AdmissionCheck spec.controllerName
 
+# The downwardAPI volume the webhook adds to gated pods: files period-ms, offset-ms, epoch kept equal
+# to the annotations by the kubelet, so running processes see locks and moves (env vars are fixed at start).
+SLOT_VOLUME = "metronome-slot"
+SLOT_DIR = "/etc/metronome"
+
 # Environment variables the webhook adds to every container of a gated pod (downward API).
 ENV_PERIOD_MS = "METRONOME_PERIOD_MS"
 ENV_OFFSET_MS = "METRONOME_OFFSET_MS"

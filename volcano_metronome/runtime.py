@@ -1,34 +1,64 @@
 """The training-side helper: start each communication burst in the gang's slot.
 
-The controller publishes, on every pod of a placed gang, the snapped period, the gang's offset and a
-cluster-wide epoch (annotations ``metronome.dev/period-ms``, ``offset-ms``, ``epoch``); the webhook
-exposes them as the environment variables ``METRONOME_PERIOD_MS``, ``METRONOME_OFFSET_MS`` and
-``METRONOME_EPOCH`` through the downward API. Call :meth:`Metronome.wait` right before the
-all-reduce of every iteration::
+The controller publishes, on every pod of a placed gang, the snapped period and, once the gang is
+*locked* (its bursts could collide with another gang's on a shared link), the gang's offset and a
+cluster-wide epoch (annotations ``metronome.dev/period-ms``, ``offset-ms``, ``epoch``). A gang that
+is not locked (alone on its links, say) gets no offset, and the helper lets it run free (no padding). The webhook
+exposes the annotations in two ways:
+
+* the environment variables ``METRONOME_PERIOD_MS``, ``METRONOME_OFFSET_MS`` and ``METRONOME_EPOCH``
+  (downward API): their values when the container started, never updated;
+* the files ``period-ms``, ``offset-ms`` and ``epoch`` of the downwardAPI volume mounted read-only
+  at ``/etc/metronome``: the kubelet rewrites them (atomically, by swapping the directory's
+  ``..data`` symlink) when the controller changes the annotations of the running pod, which it does
+  when it locks the gang (a gang placed on its links could collide with it), unlocks it
+  (re-optimisation: none could any more), or moves its offset (re-optimisation).
+
+Prefer the files; call :meth:`Metronome.wait` right before the all-reduce of every iteration::
 
     from volcano_metronome.runtime import Metronome
-    metronome = Metronome.from_env()          # None-safe: a no-op when the gang is not managed
+    metronome = Metronome.from_dir() or Metronome.from_env()   # None when the gang is not managed
     for batch in loader:
         loss = model(batch).backward()
-        metronome.wait()                      # pads to the gang's slot
+        if metronome is not None:
+            metronome.wait()                  # pads to the gang's slot (or returns at once when free)
         all_reduce(gradients)
 
 The helper keeps the index of the slot it aims at. Early, it pads; late (contention, a slow step),
 it goes at once and aims the next burst at the next slot, so lateness is absorbed by the next early
 arrival instead of shifting the schedule; more than a whole period late, it skips the slots it
 missed. This is the behaviour the simulator models (``volcano_metronome.sim.engine``).
+
+Following the files (:meth:`Metronome.from_dir`), each ``wait`` first checks, with one ``readlink``
+(or three ``stat`` calls outside a kubelet volume), whether they changed, and reads them only then:
+
+* no offset (an unlocked gang, or one not placed yet): no waiting, the gang runs free;
+* an epoch still in the future (a lock or a move takes effect there): the previous slot is kept
+  until then (free, for a gang that was not aligned);
+* a new offset, period or epoch in effect: the helper re-anchors, aiming at the first slot of the
+  new grid, as the simulator models a re-optimised gang.
+
+A value that does not parse is refused with :class:`InvalidInput` when the helper is created; on a
+later change it is ignored with a :class:`RuntimeWarning` and the previous slot stays.
 """
 
 from __future__ import annotations
 
 import math
 import os
+import pathlib
 import time
+import warnings
 from dataclasses import dataclass
 from typing import Callable, Mapping
 
 from volcano_metronome import api
 from volcano_metronome.core.errors import InvalidInput
+
+DEFAULT_DIR = api.SLOT_DIR  # where the webhook mounts the timing files
+# The files, named like the annotations they mirror without the prefix: period-ms, offset-ms, epoch.
+SLOT_FILES = tuple(annotation[len(api.PREFIX):] for annotation in (api.PERIOD_MS, api.OFFSET_MS, api.EPOCH))
+_KUBELET_DATA = "..data"  # the symlink the kubelet swaps to publish a new set of files
 
 
 def next_start_ms(now_ms: float, epoch_ms: float, period_ms: float, offset_ms: float, window_ms: float = 0.0) -> float:
@@ -47,9 +77,92 @@ def aim(now_ms: float, phase_ms: float, period_ms: float, previous: int | None) 
     return slot
 
 
+@dataclass(frozen=True)
+class Timing:
+    """What the controller published: the snapped period, and the offset and epoch once the gang is locked."""
+
+    period_ms: float | None
+    offset_ms: float | None
+    epoch_ms: float | None
+
+    @property
+    def aligned(self) -> bool:
+        """Whether bursts align: a period, an offset and an epoch are all published."""
+        return self.period_ms is not None and self.offset_ms is not None and self.epoch_ms is not None
+
+
+def parse_timing(raw: Mapping[str, str], names: tuple[str, str, str]) -> Timing:
+    """Period, offset and epoch from their texts (``names`` label them in errors); empty means absent."""
+    values: list[float | None] = []
+    for name, text in zip(names, (raw.get(n, "") for n in names)):
+        text = text.strip()
+        if not text:
+            values.append(None)
+            continue
+        try:
+            values.append(float(text))
+        except ValueError:
+            raise InvalidInput(name, text, "a number of milliseconds") from None
+    period = values[0]
+    if period is not None and not period > 0:
+        raise InvalidInput(names[0], raw[names[0]], "a period > 0 ms")
+    return Timing(*values)
+
+
+class SlotFiles:
+    """The timing files in a directory (a downwardAPI volume): change detection, and consistent reads.
+
+    The kubelet publishes a new set by writing a new hidden directory and swapping the ``..data``
+    symlink to it; the visible files are symlinks through ``..data``. Reading inside the directory
+    the link named gives one consistent set. Elsewhere (a plain directory), files' inode, mtime and
+    size stand in for the link.
+    """
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = pathlib.Path(path)
+        self._seen: object = None
+
+    def version(self) -> object:
+        """What changes whenever the files do: the ``..data`` target, else the files' stat."""
+        try:
+            return os.readlink(self.path / _KUBELET_DATA)
+        except OSError:
+            pass
+        stats: list[tuple[int, int, int] | None] = []
+        for name in SLOT_FILES:
+            try:
+                st = os.stat(self.path / name)
+                stats.append((st.st_ino, st.st_mtime_ns, st.st_size))
+            except FileNotFoundError:
+                stats.append(None)
+        return tuple(stats)
+
+    def changed(self) -> Timing | None:
+        """The timing when the files changed since the last call (or on the first call), else None."""
+        version = self.version()
+        if version == self._seen:
+            return None
+        base = self.path / version if isinstance(version, str) else self.path
+        texts: list[str] = []
+        for name in SLOT_FILES:
+            try:
+                texts.append((base / name).read_text())
+            except FileNotFoundError:
+                if isinstance(version, str):
+                    return None  # swapped again while reading: the next call reads the newer set
+                texts.append("")
+        self._seen = version
+        labels = (str(self.path / SLOT_FILES[0]), str(self.path / SLOT_FILES[1]), str(self.path / SLOT_FILES[2]))
+        return parse_timing(dict(zip(labels, texts)), labels)
+
+
 @dataclass
 class Metronome:
-    """The gang's slot: period, offset and epoch (all in ms), and the offset of its first window."""
+    """The gang's slot: period, offset and epoch (all in ms), and the offset of its first window.
+
+    ``aligned`` is False while no offset is in effect (the gang runs free); ``files`` are the timing
+    files it follows (:meth:`from_dir`), and ``pending`` a published timing whose epoch is ahead.
+    """
 
     period_ms: float
     offset_ms: float
@@ -58,23 +171,36 @@ class Metronome:
     clock: Callable[[], float] = time.time
     sleep: Callable[[float], None] = time.sleep
     slot: int | None = None  # the slot index the last burst aimed at
+    aligned: bool = True
+    files: SlotFiles | None = None
+    pending: Timing | None = None
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, window_ms: float = 0.0) -> "Metronome | None":
-        """The slot published to this pod, or None when the pod's gang is not managed (variables unset or empty)."""
+        """The slot published to this pod at container start, or None when there is none to align to
+        (the gang is not managed, or not locked: variables unset or empty)."""
         env = os.environ if env is None else env
-        raw = {key: env.get(key, "") for key in (api.ENV_PERIOD_MS, api.ENV_OFFSET_MS, api.ENV_EPOCH)}
-        if not all(raw.values()):
+        names = (api.ENV_PERIOD_MS, api.ENV_OFFSET_MS, api.ENV_EPOCH)
+        if not all(env.get(key, "") for key in names):
             return None
-        values = {}
-        for key, text in raw.items():
-            try:
-                values[key] = float(text)
-            except ValueError:
-                raise InvalidInput(key, text, "a number of milliseconds") from None
-        if not values[api.ENV_PERIOD_MS] > 0:
-            raise InvalidInput(api.ENV_PERIOD_MS, raw[api.ENV_PERIOD_MS], "a period > 0 ms")
-        return cls(values[api.ENV_PERIOD_MS], values[api.ENV_OFFSET_MS], values[api.ENV_EPOCH], window_ms)
+        timing = parse_timing({key: env[key] for key in names}, names)
+        assert timing.period_ms is not None and timing.offset_ms is not None and timing.epoch_ms is not None
+        return cls(timing.period_ms, timing.offset_ms, timing.epoch_ms, window_ms)
+
+    @classmethod
+    def from_dir(cls, path: str | os.PathLike[str] = DEFAULT_DIR, window_ms: float = 0.0,
+                 clock: Callable[[], float] = time.time,
+                 sleep: Callable[[float], None] = time.sleep) -> "Metronome | None":
+        """A helper following the timing files in ``path`` as the controller changes them (see the module
+        docstring), or None when the directory does not exist (the gang is not managed)."""
+        files = SlotFiles(path)
+        if not files.path.is_dir():
+            return None
+        timing = files.changed()
+        metronome = cls(0.0, 0.0, 0.0, window_ms, clock, sleep, aligned=False, files=files)
+        if timing is not None:
+            metronome._adopt(timing, clock() * 1000.0)
+        return metronome
 
     @property
     def phase_ms(self) -> float:
@@ -82,10 +208,44 @@ class Metronome:
         return self.epoch_ms + self.offset_ms + self.window_ms
 
     def wait(self) -> float:
-        """Sleep until this burst's slot (no sleep when late); returns the milliseconds waited."""
+        """Sleep until this burst's slot (no sleep when late or free); returns the milliseconds waited."""
         now = self.clock() * 1000.0
+        self._follow(now)
+        if not self.aligned:
+            return 0.0
         self.slot = aim(now, self.phase_ms, self.period_ms, self.slot)
         delay = self.phase_ms + self.slot * self.period_ms - now
         if delay > 0:
             self.sleep(delay / 1000.0)
         return max(0.0, delay)
+
+    def _follow(self, now_ms: float) -> None:
+        if self.files is not None:
+            try:
+                timing = self.files.changed()
+            except InvalidInput as exc:
+                warnings.warn(f"{exc}; keeping the previous slot", RuntimeWarning, stacklevel=3)
+                timing = None
+            if timing is not None:
+                self._adopt(timing, now_ms)
+        if self.pending is not None and self.pending.epoch_ms is not None and self.pending.epoch_ms <= now_ms:
+            self._switch(self.pending)
+
+    def _adopt(self, timing: Timing, now_ms: float) -> None:
+        if not timing.aligned:
+            self.aligned, self.pending, self.slot = False, None, None
+            self.period_ms = timing.period_ms or self.period_ms
+            return
+        if self.aligned and (timing.period_ms, timing.offset_ms, timing.epoch_ms) == (
+                self.period_ms, self.offset_ms, self.epoch_ms):
+            self.pending = None
+        elif timing.epoch_ms is not None and timing.epoch_ms > now_ms:
+            self.pending = timing  # in effect from its epoch; the current slot (or none) until then
+        else:
+            self._switch(timing)
+
+    def _switch(self, timing: Timing) -> None:
+        assert timing.period_ms is not None and timing.offset_ms is not None and timing.epoch_ms is not None
+        self.period_ms, self.offset_ms, self.epoch_ms = timing.period_ms, timing.offset_ms, timing.epoch_ms
+        self.aligned, self.pending = True, None
+        self.slot = None  # re-anchor: the first slot of the new grid

@@ -204,7 +204,23 @@ def schema_errors(obj: dict[str, Any]) -> list[str]:
     path = HANDLED[key]
     validator = _crd_validator(path, key[1]) if path else _builtin_validator(key[2])
     found = [f"{'.'.join(map(str, e.absolute_path)) or '<root>'}: {e.message}" for e in validator.iter_errors(obj)]
-    return found + metadata_errors(obj)
+    return found + metadata_errors(obj) + (volume_errors(obj["spec"]) if key == ("", "v1", "Pod") and not found else [])
+
+
+def volume_errors(spec: dict[str, Any]) -> list[str]:
+    """The API server's cross-field rules on volumes: unique names; per container, mounts of existing
+    volumes at distinct paths."""
+    names = [v["name"] for v in spec.get("volumes") or []]
+    found = [f"spec.volumes: duplicate name {n}" for n in sorted(set(names)) if names.count(n) > 1]
+    for key in ("containers", "initContainers"):
+        for i, container in enumerate(spec.get(key) or []):
+            mounts = container.get("volumeMounts") or []
+            paths = [m["mountPath"].rstrip("/") for m in mounts]
+            found += [f"spec.{key}[{i}].volumeMounts: duplicate mountPath {p}" for p in sorted(set(paths))
+                      if paths.count(p) > 1]
+            found += [f"spec.{key}[{i}].volumeMounts: {m['name']} is not a volume" for m in mounts
+                      if m["name"] not in names]
+    return found
 
 
 def metadata_errors(obj: dict[str, Any]) -> list[str]:
@@ -245,24 +261,46 @@ def _builtin_validator(kind: str) -> jsonschema.Draft4Validator:
 
 
 _STRING_MAP = {"type": "object", "additionalProperties": {"type": "string"}}
+_FIELD_REF = {"type": "object", "required": ["fieldPath"], "additionalProperties": False, "properties": {
+    "apiVersion": {"type": "string"},
+    "fieldPath": {"type": "string", "pattern": r"^metadata\.annotations\['[a-z0-9./-]+'\]$|^[a-zA-Z.]+$"}}}
 _ENV_VAR = {
     "type": "object", "required": ["name"], "additionalProperties": False,
     "properties": {
         "name": {"type": "string", "minLength": 1},
         "value": {"type": "string"},
         "valueFrom": {"type": "object", "additionalProperties": False, "properties": {
-            "fieldRef": {"type": "object", "required": ["fieldPath"], "additionalProperties": False, "properties": {
-                "apiVersion": {"type": "string"},
-                "fieldPath": {"type": "string", "pattern": r"^metadata\.annotations\['[a-z0-9./-]+'\]$|^[a-zA-Z.]+$"}}},
+            "fieldRef": _FIELD_REF,
             "configMapKeyRef": {"type": "object"}, "secretKeyRef": {"type": "object"},
             "resourceFieldRef": {"type": "object"}}},
     },
 }
+_VOLUME_MOUNT = {
+    "type": "object", "required": ["name", "mountPath"], "additionalProperties": False,
+    "properties": {"name": {"type": "string", "minLength": 1}, "mountPath": {"type": "string", "pattern": "^/"},
+                   "readOnly": {"type": "boolean"}, "subPath": {"type": "string"}, "subPathExpr": {"type": "string"},
+                   "mountPropagation": {"type": "string"}, "recursiveReadOnly": {"type": "string"}},
+}
+_DOWNWARD_API = {"type": "object", "additionalProperties": False, "properties": {
+    "defaultMode": {"type": "integer", "minimum": 0, "maximum": 0o777},
+    "items": {"type": "array", "items": {
+        "type": "object", "required": ["path"], "additionalProperties": False, "properties": {
+            "path": {"type": "string", "pattern": r"^[^/.][^/]*$"},
+            "mode": {"type": "integer", "minimum": 0, "maximum": 0o777},
+            "fieldRef": _FIELD_REF,
+            "resourceFieldRef": {"type": "object"}}}}}}
+# A volume is its name plus exactly one source; the downward API source is the one we write, in full.
+_VOLUME = {"type": "object", "required": ["name"], "minProperties": 2, "maxProperties": 2,
+           "properties": {"name": {"type": "string", "pattern": "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"},
+                          "downwardAPI": _DOWNWARD_API},
+           "additionalProperties": {"type": "object"}}
 _CONTAINER = {"type": "object", "required": ["name"], "properties": {
-    "name": {"type": "string"}, "env": {"type": "array", "items": _ENV_VAR}}}
+    "name": {"type": "string"}, "env": {"type": "array", "items": _ENV_VAR},
+    "volumeMounts": {"type": "array", "items": _VOLUME_MOUNT}}}
 _POD_SPEC = {"type": "object", "required": ["containers"], "properties": {
     "containers": {"type": "array", "minItems": 1, "items": _CONTAINER},
     "initContainers": {"type": "array", "items": _CONTAINER},
+    "volumes": {"type": "array", "items": _VOLUME},
     "schedulingGates": {"type": "array", "items": {
         "type": "object", "required": ["name"], "additionalProperties": False,
         "properties": {"name": {"type": "string", "minLength": 1}}}},

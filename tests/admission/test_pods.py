@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import copy
 
+import kubernetes.client
 import pytest
 
 from tests.admission.builders import ops_of, patched, review, schema_errors
 from volcano_metronome import api
 from volcano_metronome.admission import Context, Lookups, admit, parse_settings
 from volcano_metronome.admission.annotations import profile_json
-from volcano_metronome.admission.pods import GangRef, env_vars, gang_of
+from volcano_metronome.admission.pods import (SLOT_DIR, SLOT_FILES, SLOT_VOLUME, GangRef, env_vars, gang_of,
+                                              slot_mount, slot_volume)
 from volcano_metronome.catalog import builtin
 
 RESNET = builtin().get("resnet50").profile(100.0)
@@ -49,7 +51,10 @@ def assert_gated(obj, kind, name):
     for container in obj["spec"]["containers"] + obj["spec"].get("initContainers", []):
         names = [var["name"] for var in container["env"]]
         assert {api.ENV_PERIOD_MS, api.ENV_OFFSET_MS, api.ENV_EPOCH} <= set(names)
+        assert slot_mount() in container["volumeMounts"]
+    assert slot_volume() in obj["spec"]["volumes"]
     assert not schema_errors(obj)
+    kubernetes.client.V1Pod.model_validate(obj)  # the client's models: no unknown field, no wrong type
 
 
 def test_gang_identity():
@@ -66,6 +71,24 @@ def test_env_vars_read_the_controllers_annotations():
     assert fields == {api.ENV_PERIOD_MS: f"metadata.annotations['{api.PERIOD_MS}']",
                       api.ENV_OFFSET_MS: f"metadata.annotations['{api.OFFSET_MS}']",
                       api.ENV_EPOCH: f"metadata.annotations['{api.EPOCH}']"}
+
+
+def test_the_timing_files_are_the_controllers_annotations_mounted_read_only():
+    volume = slot_volume()
+    items = {item["path"]: item["fieldRef"]["fieldPath"] for item in volume["downwardAPI"]["items"]}
+    assert items == {"period-ms": f"metadata.annotations['{api.PERIOD_MS}']",
+                     "offset-ms": f"metadata.annotations['{api.OFFSET_MS}']",
+                     "epoch": f"metadata.annotations['{api.EPOCH}']"}
+    assert [path for path, _ in SLOT_FILES] == list(items)
+    assert volume["name"] == SLOT_VOLUME == slot_mount()["name"] and volume["downwardAPI"]["defaultMode"] == 0o644
+    assert slot_mount() == {"name": "metronome-slot", "mountPath": "/etc/metronome", "readOnly": True}
+
+
+def test_the_runtime_reads_where_the_webhook_mounts():
+    from volcano_metronome import runtime
+
+    assert runtime.DEFAULT_DIR == SLOT_DIR
+    assert runtime.SLOT_FILES == tuple(path for path, _ in SLOT_FILES)
 
 
 def test_volcano_pod_with_inherited_profile_is_gated():
@@ -145,6 +168,50 @@ def test_bad_profile_on_a_plain_pod_is_denied_on_a_controllers_pod_recorded():
     assert result.verdict == "warned"
     assert api.PROFILE in out["metadata"]["annotations"][api.PROFILE_ERROR]
     assert "schedulingGates" not in out["spec"]
+
+
+def test_user_volumes_and_mounts_are_kept_beside_ours():
+    obj = pod(dict(RESOLVED), owners=[JOB_OWNER], init=True)
+    obj["spec"]["volumes"] = [{"name": "data", "emptyDir": {}}]
+    obj["spec"]["containers"][0]["volumeMounts"] = [{"name": "data", "mountPath": "/etc"}]  # ours nests inside
+    result, out = admit_pod(obj)
+    assert result.verdict == "patched"
+    assert out["spec"]["volumes"] == [{"name": "data", "emptyDir": {}}, slot_volume()]
+    assert out["spec"]["containers"][0]["volumeMounts"] == [{"name": "data", "mountPath": "/etc"}, slot_mount()]
+    assert_gated(out, "Job", "train")
+
+
+def test_a_user_volume_with_our_name_is_left_alone_with_a_warning():
+    obj = pod(dict(RESOLVED), owners=[JOB_OWNER])
+    obj["spec"]["volumes"] = [{"name": SLOT_VOLUME, "emptyDir": {}}]
+    obj["spec"]["containers"][0]["volumeMounts"] = [{"name": SLOT_VOLUME, "mountPath": "/scratch"}]
+    result, out = admit_pod(obj)
+    assert result.verdict == "warned"
+    assert f"already has a volume named {SLOT_VOLUME}" in result.review["response"]["warnings"][0]
+    assert out["spec"]["volumes"] == [{"name": SLOT_VOLUME, "emptyDir": {}}]
+    assert out["spec"]["containers"][0]["volumeMounts"] == [{"name": SLOT_VOLUME, "mountPath": "/scratch"}]
+    assert "volumeMounts" not in out["spec"]["containers"][1]
+    assert {"name": api.SCHEDULING_GATE} in out["spec"]["schedulingGates"]  # gated and wired all the same
+    assert not schema_errors(out)
+
+
+def test_a_container_mounting_something_else_at_our_path_is_skipped_with_a_warning():
+    obj = pod(dict(RESOLVED), owners=[JOB_OWNER])
+    obj["spec"]["volumes"] = [{"name": "cfg", "configMap": {"name": "c"}}]
+    obj["spec"]["containers"][1]["volumeMounts"] = [{"name": "cfg", "mountPath": SLOT_DIR + "/"}]
+    result, out = admit_pod(obj)
+    assert result.verdict == "warned"
+    warning = result.review["response"]["warnings"][0]
+    assert "spec.containers[1] (side)" in warning and "'cfg'" in warning
+    assert out["spec"]["containers"][0]["volumeMounts"] == [slot_mount()]
+    assert out["spec"]["containers"][1]["volumeMounts"] == [{"name": "cfg", "mountPath": SLOT_DIR + "/"}]
+    assert out["spec"]["volumes"] == [{"name": "cfg", "configMap": {"name": "c"}}, slot_volume()]
+    assert not schema_errors(out)
+    # When no container can mount it, the volume is not added either.
+    obj["spec"]["containers"][0]["volumeMounts"] = [{"name": "cfg", "mountPath": SLOT_DIR}]
+    result, out = admit_pod(obj)
+    assert len(result.review["response"]["warnings"]) == 2
+    assert out["spec"]["volumes"] == [{"name": "cfg", "configMap": {"name": "c"}}]
 
 
 @pytest.mark.parametrize("obj", [

@@ -177,10 +177,27 @@ class Cluster:
             assert min(slots.values()) >= 0, f"gang {gang}: more pods than members on a node"
             for p in pods:
                 if not objects.gated_by_us(p):
-                    ann = objects.annotations_of(p)
-                    assert ann[api.EPOCH] == str(status["epoch"])
-                    assert ann[api.OFFSET_MS] == objects.number_text(status["offsetMs"])
+                    assert timing(p) == claim_timing(claim), (gang, objects.name(p))
         return claims
+
+
+TIMING_KEYS = (api.PERIOD_MS, api.OFFSET_MS, api.EPOCH)
+
+
+def timing(pod: JSON) -> dict[str, str]:
+    """The timing annotations a pod carries."""
+    ann = objects.annotations_of(pod)
+    return {k: ann[k] for k in TIMING_KEYS if k in ann}
+
+
+def claim_timing(claim: JSON) -> dict[str, str]:
+    """The timing annotations the pods of a placed gang should carry: the period, and the offset and
+    epoch only when the claim is locked (an unlocked gang runs free)."""
+    status = claim["status"]
+    out = {api.PERIOD_MS: objects.number_text(status["periodMs"])}
+    if status.get("locked", True):
+        out.update({api.OFFSET_MS: objects.number_text(status["offsetMs"]), api.EPOCH: str(status["epoch"])})
+    return out
 
 
 class ControllerProcess:

@@ -53,8 +53,9 @@ def test_workload_is_held_until_quota_then_released_ready_with_pod_set_updates()
     assert claim["spec"]["gangRef"]["kind"] == "Workload" and claim["spec"]["priority"] == 5
     update = entry["podSetUpdates"][0]
     assert update["name"] == "main"
-    assert update["annotations"][api.EPOCH] == str(claim["status"]["epoch"])
-    assert update["annotations"][api.OFFSET_MS] == objects.number_text(claim["status"]["offsetMs"])
+    # Alone on its links, the gang runs free: Kueue passes only the period into the pod template.
+    assert claim["status"]["locked"] is False
+    assert update["annotations"] == {api.PERIOD_MS: objects.number_text(claim["status"]["periodMs"])}
 
 
 def test_pods_of_an_admitted_job_follow_the_workload_claim() -> None:

@@ -20,17 +20,18 @@ SPEC_FIELDS = {
     "STBandwidthClaim": {"profile", "gangRef", "priority", "queuePolicy"},
     "STBandwidthCapacity": {"capacityGbps", "tier", "nodes", "nodeSelector", "direction"},
     "QueuePolicy": {"volcanoQueues", "kueueClusterQueues", "ordering", "agingPerMinute", "priorityWeight",
-                    "cushionSlots", "overflowTolerance", "maxCandidates", "defaultProfile", "tierLimit",
-                    "reoptimization"},
+                    "cushionSlots", "overflowTolerance", "maxCandidates", "lockOnDemand", "defaultProfile",
+                    "tierLimit", "reoptimization"},
 }
 STATUS_FIELDS = {
     "STBandwidthClaim": {"nodes", "members", "offsetMs", "periodMs", "epoch", "links", "predictedOverflowGbpsMs",
-                         "feasible", "decidedAt", "observedGeneration", "conditions"},
+                         "feasible", "locked", "decidedAt", "observedGeneration", "conditions"},
     "STBandwidthCapacity": {"observedGeneration", "conditions", "matchedNodes"},
     "QueuePolicy": {"observedGeneration", "conditions", "pendingGangs", "placedGangs"},
 }
 PRINTER_COLUMNS = {
-    "STBandwidthClaim": ["Gang", "Kind", "Placed", "Offset", "Period", "Nodes", "Priority", "Overflow", "Age"],
+    "STBandwidthClaim": ["Gang", "Kind", "Placed", "Offset", "Period", "Locked", "Nodes", "Priority", "Overflow",
+                         "Age"],
     "STBandwidthCapacity": ["Capacity", "Tier", "Direction", "Nodes", "Age"],
     "QueuePolicy": ["Ordering", "Tolerance", "Pending", "Placed", "Ready", "Age"],
 }

@@ -19,7 +19,8 @@ def decided(claim: Mapping[str, Any]) -> bool:
 
 def assert_bound_as_decided(pods: Iterable[Mapping[str, Any]], claim: Mapping[str, Any]) -> None:
     """Each pod is bound to a node of the claim's decision (each node gets exactly its members) and
-    carries the claim's offset, period and epoch; its node affinity pins it to that node."""
+    carries the claim's period, and its offset and epoch when the claim is locked (a gang alone on its
+    links runs free: no offset); its node affinity pins it to that node."""
     status = claim["status"]
     pods = list(pods)
     slots = Counter(dict(zip(status["nodes"], status["members"])))
@@ -29,9 +30,12 @@ def assert_bound_as_decided(pods: Iterable[Mapping[str, Any]], claim: Mapping[st
         node = pod["spec"]["nodeName"]
         assert objects.pinned_node(pod) == node, f"{objects.name(pod)}: affinity pins {objects.pinned_node(pod)}, bound to {node}"
         annotations = objects.annotations_of(pod)
-        assert annotations[api.OFFSET_MS] == objects.number_text(status["offsetMs"]), objects.name(pod)
         assert annotations[api.PERIOD_MS] == objects.number_text(status["periodMs"]), objects.name(pod)
-        assert annotations[api.EPOCH] == str(status["epoch"]), objects.name(pod)
+        if status.get("locked", True):
+            assert annotations[api.OFFSET_MS] == objects.number_text(status["offsetMs"]), objects.name(pod)
+            assert annotations[api.EPOCH] == str(status["epoch"]), objects.name(pod)
+        else:
+            assert api.OFFSET_MS not in annotations and api.EPOCH not in annotations, objects.name(pod)
         assert not objects.gated_by_us(pod)
 
 

@@ -73,6 +73,8 @@ def test_two_gangs_sharing_a_nic_get_interleaved_offsets(
     for node in shared:  # the controller knew: both decisions list that node's NIC among their links
         for claim in (a, b):
             assert any(link.startswith(f"nic:{node}:") for link in claim["status"]["links"]), (node, claim["status"])
+    # Sharing a NIC, both align their bursts (whichever was placed first was locked by the other).
+    assert a["status"]["locked"] is True and b["status"]["locked"] is True
     assert a["status"]["offsetMs"] != b["status"]["offsetMs"]
     gap = (phase(b) - phase(a)) % PERIOD_MS
     # Windows of 60 ms in a 200 ms period interleave when each starts at least 60 ms after the other.

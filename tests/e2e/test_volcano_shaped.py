@@ -19,6 +19,7 @@ from tests.e2e.checks import assert_bound_as_decided, bound, decided, running
 from tests.e2e.history import wait_until
 from tests.e2e.members import create_member
 from volcano_metronome import api, kube
+from volcano_metronome.admission.pods import slot_mount, slot_volume
 from volcano_metronome.controller import objects
 from volcano_metronome.devtools.stack import Stack
 
@@ -52,7 +53,11 @@ def test_volcano_podgroup_is_gated_placed_and_bound_by_kube_scheduler_standing_i
     assert claim["status"]["periodMs"] == profile["period_ms"]
     assert len(claim["status"]["nodes"]) == 2  # 8 GPUs each: one member per node
     assert_bound_as_decided(current(), claim)
+    assert claim["status"]["locked"] is False  # alone on its links: it runs free, its pods carry no offset
     for pod in current():
         env = {e["name"]: e for e in pod["spec"]["containers"][0].get("env") or []}
-        # The training process reads its timing through the downward API from these annotations.
+        # The training process reads its timing through the downward API from these annotations: env
+        # vars at container start, and files the kubelet keeps up to date as the controller changes them.
         assert env[api.ENV_OFFSET_MS]["valueFrom"]["fieldRef"]["fieldPath"] == f"metadata.annotations['{api.OFFSET_MS}']"
+        assert slot_volume() in pod["spec"]["volumes"]
+        assert slot_mount() in pod["spec"]["containers"][0]["volumeMounts"]

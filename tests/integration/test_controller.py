@@ -15,7 +15,7 @@ from typing import Iterator
 import pytest
 
 from tests.controller import builders as b
-from tests.controller.cluster import Cluster, ControllerProcess, ensure_crds, wait_until
+from tests.controller.cluster import Cluster, ControllerProcess, claim_timing, ensure_crds, timing, wait_until
 from volcano_metronome import api, kube
 from volcano_metronome.controller import objects
 from volcano_metronome.devtools.controlplane import ControlPlane
@@ -261,6 +261,126 @@ def test_kueue_workload_is_held_by_our_admission_check_and_released(
     entry = wait_until(ready, 30, lambda: f"the check Ready\n{ctl.logs()}")
     claim = cluster.claims(ns)["workload-wl"]
     assert claim["spec"]["priority"] == 7 and objects.condition_true(claim, "Placed")
-    annotations = entry["podSetUpdates"][0]["annotations"]
-    assert annotations[api.EPOCH] == str(claim["status"]["epoch"])
-    assert annotations[api.PERIOD_MS] == objects.number_text(claim["status"]["periodMs"])
+    # Alone on its links, the gang is not locked: Kueue gets the period for the pods, no offset.
+    assert claim["status"]["locked"] is False
+    assert entry["podSetUpdates"][0]["annotations"] == claim_timing(claim) == {
+        api.PERIOD_MS: objects.number_text(claim["status"]["periodMs"])}
+
+
+# ----------------------------------------------------------------------------- lock on demand
+# Three nodes of 8 GPUs, gangs of 3 members of 4 GPUs: a gang takes two nodes (2 + 1 members) and
+# loads their NICs; a second gang can only take the 12 GPUs left, on the node the first half fills
+# and the free node, so the two share a NIC. Bursts of 80 Gbps for 24 ms of 200 ms on 100 Gbps NICs.
+LOCK_MEMBERS, LOCK_GPUS, WINDOW_MS, PERIOD_MS = 3, 4, 24.0, 200.0
+
+
+@pytest.fixture
+def lock_queue(cluster: Cluster) -> Iterator[str]:
+    """A Volcano queue governed by a QueuePolicy of its own that re-optimises every 10 s (the minimum)."""
+    queue, name = f"q-{cluster.tag}", f"lock-{cluster.tag}"
+    cluster.k.create(kube.QUEUE_POLICIES, b.queue_policy(name, volcanoQueues=[queue], reoptimization={
+        "enabled": True, "intervalSeconds": 10}))
+    yield queue
+    try:
+        cluster.k.delete(kube.QUEUE_POLICIES, None, name)
+    except kube.KubeError:
+        pass
+
+
+def lock_gang(cluster: Cluster, ns: str, name: str, queue: str) -> None:
+    cluster.k.create(kube.PODGROUPS, b.podgroup(ns, name, LOCK_MEMBERS, queue=queue, gpus=LOCK_GPUS), ns)
+    for p in b.gang_pods(ns, name, LOCK_MEMBERS, gpus=LOCK_GPUS):
+        cluster.k.create(kube.PODS, p, ns)
+
+
+def gang_pods(cluster: Cluster, ns: str, gang: str) -> list[dict]:
+    return [p for p in cluster.pods(ns) if objects.annotations_of(p).get(api.GANG_NAME) == gang]
+
+
+def claim_status(cluster: Cluster, ns: str, gang: str) -> dict:
+    return (cluster.claims(ns).get(f"podgroup-{gang}") or {}).get("status") or {}
+
+
+def follows_claim(cluster: Cluster, ns: str, gang: str, locked: bool) -> bool:
+    """The claim records a placement with ``locked``, and every pod of the gang is ungated with its timing."""
+    claim = cluster.claims(ns).get(f"podgroup-{gang}")
+    if claim is None or not (claim.get("status") or {}).get("nodes") or claim["status"].get("locked") is not locked:
+        return False
+    pods = gang_pods(cluster, ns, gang)
+    return bool(pods) and all(not objects.gated_by_us(p) and timing(p) == claim_timing(claim) for p in pods)
+
+
+def assert_interleaved(a: dict, c: dict) -> None:
+    assert set(a["nodes"]) & set(c["nodes"]), "the fabric arithmetic is wrong: the gangs share no node"
+    gap = ((c["epoch"] + c["offsetMs"]) - (a["epoch"] + a["offsetMs"])) % PERIOD_MS
+    assert WINDOW_MS <= gap <= PERIOD_MS - WINDOW_MS, (a, c)
+
+
+def delete_gang(cluster: Cluster, ns: str, gang: str) -> None:
+    for p in gang_pods(cluster, ns, gang):
+        cluster.k.request("DELETE", kube.PODS.path(ns, objects.name(p)), body={"gracePeriodSeconds": 0})
+    cluster.k.delete(kube.PODGROUPS, ns, gang)
+
+
+def test_a_lone_gang_runs_free_is_locked_by_a_gang_sharing_its_nics_and_unlocked_when_alone_again(
+        cluster: Cluster, tmp_path: pathlib.Path, controllers: list[ControllerProcess], lock_queue: str) -> None:
+    cluster.nodes(3)
+    ns = cluster.namespace()
+    ctl = start(cluster, tmp_path, controllers, ns)
+    lock_gang(cluster, ns, "a", lock_queue)
+    wait_until(lambda: follows_claim(cluster, ns, "a", locked=False), 60, lambda: f"gang a placed free\n{ctl.logs()}")
+    first = claim_status(cluster, ns, "a")
+    assert all(timing(p) == {api.PERIOD_MS: "200"} for p in gang_pods(cluster, ns, "a"))  # no offset: runs free
+
+    before_ms = time.time() * 1000
+    lock_gang(cluster, ns, "b", lock_queue)
+    wait_until(lambda: follows_claim(cluster, ns, "b", locked=True) and follows_claim(cluster, ns, "a", locked=True),
+               60, lambda: f"gang b placed and gang a locked\n{ctl.logs()}")
+    a, c = claim_status(cluster, ns, "a"), claim_status(cluster, ns, "b")
+    assert a["offsetMs"] == first["offsetMs"] and a["decidedAt"] == first["decidedAt"]  # locked where it was
+    assert a["epoch"] > before_ms and a["epoch"] > c["epoch"]  # from a future epoch; b aligns at once
+    assert_interleaved(a, c)
+    cluster.check_consistent(ns)
+    events = cluster.k.list(kube.EVENTS, ns)["items"]
+    assert [e["regarding"]["name"] for e in events if e["reason"] == "Locked"] == ["a"]
+    assert wait_until(lambda: ctl.metric("metronome_controller_locks_total"), 10, "the locks metric") == 1
+
+    delete_gang(cluster, ns, "b")
+    wait_until(lambda: "podgroup-b" not in cluster.claims(ns) and follows_claim(cluster, ns, "a", locked=False), 60,
+               lambda: f"gang a unlocked by a re-optimisation pass\n{ctl.logs()}")
+    assert all(timing(p) == {api.PERIOD_MS: "200"} for p in gang_pods(cluster, ns, "a"))
+    events = cluster.k.list(kube.EVENTS, ns)["items"]
+    assert [e["regarding"]["name"] for e in events if e["reason"] == "Unlocked"] == ["a"]
+    assert wait_until(lambda: ctl.metric("metronome_controller_unlocks_total"), 10, "the unlocks metric") == 1
+
+
+@pytest.mark.parametrize("kill_after", [2, 3])
+def test_killed_between_the_lock_writes_and_restarted_converges(
+        cluster: Cluster, tmp_path: pathlib.Path, controllers: list[ControllerProcess], lock_queue: str,
+        kill_after: int) -> None:
+    cluster.nodes(3)
+    ns = cluster.namespace()
+    single = ["--no-leader-elect"]  # one controller at a time here: no Lease to wait out after the kill
+    first = start(cluster, tmp_path, controllers, ns, args=single)
+    lock_gang(cluster, ns, "a", lock_queue)
+    wait_until(lambda: follows_claim(cluster, ns, "a", locked=False), 60, lambda: f"gang a placed\n{first.logs()}")
+    assert first.stop() == 0
+    placed = claim_status(cluster, ns, "a")
+    lock_gang(cluster, ns, "b", lock_queue)
+    # Its first cycle writes b's claim (1: create, 2: status), then a's claim (3: locked), then the pods.
+    killed = start(cluster, tmp_path, controllers, ns, args=[*single, "--exit-after-writes", str(kill_after)])
+    assert killed.wait(60) == -9, killed.logs()
+    recorded = {gang: claim_status(cluster, ns, gang) for gang in ("a", "b")}
+    assert recorded["b"]["locked"] is True and recorded["a"]["locked"] is (kill_after == 3)
+    assert all(api.OFFSET_MS not in timing(p) for p in gang_pods(cluster, ns, "a"))  # the pods were not reached
+    restarted = start(cluster, tmp_path, controllers, ns, args=single)
+    wait_until(lambda: follows_claim(cluster, ns, "a", locked=True) and follows_claim(cluster, ns, "b", locked=True),
+               60, lambda: f"convergence after the restart\n{restarted.logs()}")
+    cluster.check_consistent(ns)
+    a, c = claim_status(cluster, ns, "a"), claim_status(cluster, ns, "b")
+    for key in ("nodes", "members", "offsetMs", "epoch", "decidedAt"):
+        assert c[key] == recorded["b"][key], key  # b's recorded decision stands
+    assert a["offsetMs"] == placed["offsetMs"] and a["decidedAt"] == placed["decidedAt"]
+    if kill_after == 3:
+        assert a["epoch"] == recorded["a"]["epoch"]  # the recorded lock stands
+    assert_interleaved(a, c)

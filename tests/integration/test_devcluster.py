@@ -85,7 +85,8 @@ def test_whole_stack_runs_the_printed_sample(cluster_dir: pathlib.Path, kwok_bin
             time.sleep(0.5)
         # One 8-GPU pod per node, each pinned by our controller and bound there by kube-scheduler.
         assert sorted(p.spec.node_name for p in pods) == ["gpu-r0-n0", "gpu-r0-n1"]
-        assert all(api.OFFSET_MS in p.metadata.annotations for p in pods)
+        # Alone on its NICs the gang runs free (lock on demand): the period is published, no offset.
+        assert all(api.PERIOD_MS in p.metadata.annotations for p in pods)
     finally:
         api_client.close()
 

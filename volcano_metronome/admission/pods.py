@@ -13,6 +13,14 @@ annotations ``metronome.dev/gang-kind`` and ``gang-name`` (and the profile, if i
 elsewhere), and on every container and init container the env vars ``METRONOME_PERIOD_MS``,
 ``METRONOME_OFFSET_MS`` and ``METRONOME_EPOCH`` read through the downward API from the annotations the
 controller writes before it lifts the gate.
+
+Env vars are fixed when a container starts, but the controller rewrites those annotations on running
+pods (a re-optimisation move, a lock, an unlock). So the pod also gets a downwardAPI volume
+``metronome-slot`` with the files ``period-ms``, ``offset-ms`` and ``epoch`` (the kubelet keeps them
+equal to the annotations, swapping them atomically), mounted read-only at ``/etc/metronome`` in every
+container and init container; ``volcano_metronome.runtime.Metronome.from_dir`` follows them. A user
+volume of that name, or a mount of another volume at that path, is left alone: the volume (or that
+container's mount) is not added, and a warning says so.
 """
 
 from __future__ import annotations
@@ -38,6 +46,11 @@ from volcano_metronome.core.errors import InvalidInput
 
 
 ENV_SOURCES = ((api.ENV_PERIOD_MS, api.PERIOD_MS), (api.ENV_OFFSET_MS, api.OFFSET_MS), (api.ENV_EPOCH, api.EPOCH))
+SLOT_VOLUME = api.SLOT_VOLUME
+SLOT_DIR = api.SLOT_DIR
+# One file per timing annotation, named like the annotation without the prefix: period-ms, offset-ms, epoch.
+SLOT_FILES = tuple((annotation[len(api.PREFIX):], annotation) for annotation in (api.PERIOD_MS, api.OFFSET_MS,
+                                                                                  api.EPOCH))
 
 
 @dataclass(frozen=True)
@@ -72,6 +85,52 @@ def env_vars() -> list[dict[str, Any]]:
             for name, annotation in ENV_SOURCES]
 
 
+def slot_volume() -> dict[str, Any]:
+    """The downwardAPI volume of the timing files (``defaultMode``, ``apiVersion`` as the API server defaults them)."""
+    return {"name": SLOT_VOLUME, "downwardAPI": {"defaultMode": 0o644, "items": [
+        {"path": path, "fieldRef": {"apiVersion": "v1", "fieldPath": f"metadata.annotations['{annotation}']"}}
+        for path, annotation in SLOT_FILES]}}
+
+
+def slot_mount() -> dict[str, Any]:
+    """The read-only mount of :func:`slot_volume` every container gets."""
+    return {"name": SLOT_VOLUME, "mountPath": SLOT_DIR, "readOnly": True}
+
+
+def slot_ops(pod: Mapping[str, Any]) -> tuple[list[Op], list[str]]:
+    """Ops adding the timing volume and its mounts where they collide with nothing, and warnings where they would."""
+    volumes = list_at(pod, ("spec", "volumes")) or []
+    theirs = next((v for v in volumes if isinstance(v, dict) and v.get("name") == SLOT_VOLUME), None)
+    if theirs is not None and theirs != slot_volume():
+        return [], [f"spec.volumes already has a volume named {SLOT_VOLUME}: the live timing files are not mounted "
+                    f"at {SLOT_DIR} (the METRONOME_* env vars still carry the values at container start)"]
+    ops: list[Op] = []
+    warnings: list[str] = []
+    mounted = False
+    for key in ("containers", "initContainers"):
+        for i, container in enumerate(list_at(pod, ("spec", key)) or ()):
+            path = ("spec", key, i, "volumeMounts")
+            clash = next((m for m in list_at(pod, path) or () if isinstance(m, dict) and m != slot_mount() and (
+                m.get("name") == SLOT_VOLUME or _same_dir(m.get("mountPath"), SLOT_DIR))), None)
+            if clash is not None:
+                warnings.append(f"spec.{key}[{i}] ({container.get('name')}) already mounts {clash.get('name')!r} at "
+                                f"{clash.get('mountPath')!r}: the live timing files are not mounted at {SLOT_DIR} "
+                                f"in it (its METRONOME_* env vars still carry the values at container start)")
+                continue
+            mounted = True
+            ops += ensure_in_list(pod, path, slot_mount(),
+                                  lambda mount: isinstance(mount, dict) and mount.get("name") == SLOT_VOLUME)
+    if not mounted:
+        return [], warnings  # no container would see the volume
+    volume_ops = ensure_in_list(pod, ("spec", "volumes"), slot_volume(),
+                                lambda volume: isinstance(volume, dict) and volume.get("name") == SLOT_VOLUME)
+    return volume_ops + ops, warnings
+
+
+def _same_dir(path: Any, directory: str) -> bool:
+    return isinstance(path, str) and path.rstrip("/") == directory.rstrip("/")
+
+
 def admit_pod(pod: Mapping[str, Any], namespace: str, ctx: Context) -> Outcome:
     """A ``v1`` Pod: gate it when it belongs to a managed gang, else leave it alone."""
     annotations = annotations_at(pod)
@@ -103,7 +162,8 @@ def admit_pod(pod: Mapping[str, Any], namespace: str, ctx: Context) -> Outcome:
             if not isinstance(container, dict):
                 raise InvalidInput(f"spec.{key}[{i}]", type(container).__name__, "a container mapping")
             ops += ensure_all_in_list(pod, ("spec", key, i, "env"), env_vars(), lambda var: var["name"])
-    return Outcome(tuple(ops))
+    slot, warnings = slot_ops(pod)
+    return Outcome(tuple(ops + slot), tuple(warnings))
 
 
 def _profile(pod: Mapping[str, Any], annotations: Mapping[str, Any], gang: GangRef, namespace: str,

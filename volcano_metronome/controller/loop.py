@@ -1,7 +1,7 @@
 """The controller's shell: informers feed cycles, cycles write plans, leader election gates the writes.
 
 One cycle = read every store (merged with our own recent writes), observe, decide (the core),
-maybe re-optimise, plan, write. Cycles run when an informer reports a change (after a short
+maybe re-optimise (moves, and unlocking gangs left with no contended link), plan, write. Cycles run when an informer reports a change (after a short
 debounce that batches bursts of events), after a failed write (with backoff), and every
 ``resyncSeconds`` regardless. Re-optimisation runs per QueuePolicy every ``intervalSeconds`` when
 enabled, and for every such policy when the network changes.
@@ -115,8 +115,9 @@ class Controller:
         for warning in decided.warnings:
             log.warning("%s", warning)
         due = self._reopt_due(world, started)
-        moves = reconcile.reoptimise_moves(world, self.settings, due) if due else ()
-        plan = reconcile.plan(world, decided, self.settings, now, moves, self._reported)
+        reoptimised = (reconcile.reoptimise_running(world, self.settings, due, decided) if due
+                       else reconcile.Reoptimised())
+        plan = reconcile.plan(world, decided, self.settings, now, reoptimised, self._reported)
         outcome = self.writer.apply(plan) if plan.writes else Outcome()
         self._remember_reports(plan, outcome)
         self._record(world, plan, outcome, decided.results, decide_s, self.monotonic() - started)
@@ -162,6 +163,8 @@ class Controller:
             if isinstance(r, NoFit):
                 m.no_fits.labels(reconcile.no_fit_category(r.reason)).inc()
         m.reconfigurations.inc(len(plan.moves))
+        m.locks.inc(len(outcome.locked))
+        m.unlocks.inc(len(outcome.unlocked))
         m.ungated_pods.inc(outcome.ungated)
         for (kind, result), n in outcome.by_kind.items():
             m.writes.labels(kind, result).inc(n)
@@ -169,8 +172,9 @@ class Controller:
                                      for c in world.claims.values() if c.placed))
         if plan.writes or decided:
             log.info("cycle: %d decided (%d placed), %d pending, %d writes (%d conflicts, %d errors), "
-                     "%d pods ungated, %.1f ms", len(decided), len(outcome.placed), plan.pending, outcome.writes,
-                     outcome.conflicts, outcome.errors, outcome.ungated, cycle_s * 1000)
+                     "%d pods ungated, %d gangs locked, %d unlocked, %.1f ms", len(decided), len(outcome.placed),
+                     plan.pending, outcome.writes, outcome.conflicts, outcome.errors, outcome.ungated,
+                     len(outcome.locked), len(outcome.unlocked), cycle_s * 1000)
 
     def run(self, stop: threading.Event) -> None:
         """Cycle until ``stop`` is set."""

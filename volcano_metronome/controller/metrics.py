@@ -50,6 +50,10 @@ class Metrics:
                                registry=r)
         self.reconfigurations = Counter(f"{_PREFIX}_reconfigurations", "Running gangs given a new offset",
                                         registry=r)
+        self.locks = Counter(f"{_PREFIX}_locks", "Running gangs made to align their bursts: a gang placed on "
+                             "their links could collide with them", registry=r)
+        self.unlocks = Counter(f"{_PREFIX}_unlocks", "Running gangs let run free: left with no contended link",
+                               registry=r)
         self.predicted_overflow = Gauge(f"{_PREFIX}_predicted_overflow_gbps_ms",
                                         "Predicted overflow of the placed gangs, Gbps*ms per period, summed",
                                         registry=r)

@@ -7,6 +7,9 @@
 - A gang's STBandwidthClaim is the durable record of its decision: the claim whose ``gangRef``
   names the gang, else the claim the gang object names in ``metronome.dev/claim`` (when that claim
   is not bound to another gang), else one the controller will create (:func:`claim_name_for`).
+  Whether the gang's runtime aligns its bursts (``Running.locked``) is the claim's
+  ``status.locked``; a claim without it was written before lock on demand existed, when every
+  placed gang aligned, so it reads as locked.
 - Free GPUs per node = allocatable - requests of bound, non-terminal pods - GPUs of placed gangs
   whose pods are not bound yet (from their claims), so nothing is ever booked twice.
 """
@@ -85,6 +88,7 @@ class ClaimView:
     epoch_ms: int
     conditions: tuple[JSON, ...]
     status: JSON = field(compare=False, repr=False)
+    locked: bool = True  # status.locked: its pods carry the offset and epoch, its runtime aligns bursts
 
     @property
     def key(self) -> tuple[str, str]:
@@ -217,7 +221,8 @@ def _running(claim: ClaimView, profile: Profile, priority: int, gpm: int, create
         return None
     gang = Gang(uid=f"{claim.namespace}/{claim.name}", name=label, size=sum(m for _, m in kept),
                 gpus_per_member=gpm, profile=profile, priority=priority, created_s=created)
-    return Running(gang, tuple(n for n, _ in kept), tuple(m for _, m in kept), claim.origin_offset_ms())
+    return Running(gang, tuple(n for n, _ in kept), tuple(m for _, m in kept), claim.origin_offset_ms(),
+                   locked=claim.locked)
 
 
 # ------------------------------------------------------------------------------------------- building
@@ -341,7 +346,7 @@ def claim_view(obj: Mapping[str, Any]) -> ClaimView:
         placed=bool(nodes) and len(nodes) == len(members) and not released,
         nodes=nodes, members=members, offset_ms=float(status.get("offsetMs") or 0.0),
         period_ms=float(status.get("periodMs") or 0.0), epoch_ms=int(status.get("epoch") or 0),
-        conditions=conditions, status=status)
+        conditions=conditions, status=status, locked=status.get("locked") is not False)
 
 
 def cluster_queue_checks(cq: Mapping[str, Any]) -> frozenset[str]:

@@ -13,6 +13,19 @@ of them loses nothing and duplicates nothing:
 
 A restarted controller finds the claim and finishes steps 2 and 3 from it, never deciding again.
 
+Lock on demand (``core.decision``): a gang that shares no contended link (where the gangs' peak
+rates add up to more than the capacity, so bursts could collide) is recorded with
+``status.locked: false`` and its pods get ``period-ms`` but no ``offset-ms``/``epoch``, so its
+runtime runs free. When a decision makes one of its links contended, the decision names it in
+``Decision.locks``; its claim then gets ``locked: true`` and a future epoch (the offset it already
+has stays: every lattice epoch is congruent to 0 modulo every snapped period), then its pods get
+``offset-ms`` and that epoch, then an Event ``Locked``. These writes of the locked gang are ordered
+after the deciding gang's claim writes (``GangWrites.requires``). Convergence does not rest on
+that order alone: every cycle, any unlocked gang the core would not leave unlocked is locked (a
+controller killed between the two claims leaves exactly such a gang). The periodic
+re-optimisation pass unlocks locked gangs left with no contended link (``Snapshot.unlockable``):
+``locked: false``, then ``offset-ms``/``epoch`` removed from their pods, then an Event ``Unlocked``.
+
 Time: offsets are kept relative to the Unix epoch modulo the period. Epochs written on claims and
 pods are points of the lattice ``k * maxHyperperiodMs`` (every snapped period divides it), so every
 epoch is equivalent to every other and offsets from different decisions compose on shared links.
@@ -22,6 +35,7 @@ new offset takes effect there.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
@@ -35,7 +49,7 @@ from volcano_metronome.controller.observe import (GANG_API_VERSIONS, RELEASED, C
                                                   World)
 from volcano_metronome.controller.policy import QueuePolicyView
 from volcano_metronome.controller.settings import Settings
-from volcano_metronome.core.cycle import schedule
+from volcano_metronome.core.cycle import commit, schedule
 from volcano_metronome.core.decision import Decision, NoFit
 from volcano_metronome.core.errors import InvalidInput
 from volcano_metronome.core.grid import lay_out
@@ -45,6 +59,7 @@ from volcano_metronome.core.reoptimize import Move, reoptimise
 from volcano_metronome.core.snapshot import Snapshot
 
 PLACED, NOFIT, RECONFIGURED = "Placed", "NoFit", "Reconfigured"
+LOCKED, UNLOCKED = "Locked", "Unlocked"
 
 
 # --------------------------------------------------------------------------------------------- writes
@@ -122,13 +137,19 @@ Write = CreateClaim | ClaimStatus | DeleteClaim | PodPatch | WorkloadCheck | Sta
 
 @dataclass(frozen=True)
 class GangWrites:
-    """One gang's writes, in order: ``claim`` one by one, then ``pods`` (in any order), then ``after``."""
+    """One gang's writes, in order: ``claim`` one by one, then ``pods`` (in any order), then ``after``.
+
+    ``requires`` names another gang of the plan whose claim writes must succeed first (a gang locked
+    by a decision waits for the deciding gang's claim); when they fail, this gang waits a cycle.
+    """
 
     gang: str
     claim: tuple[CreateClaim | ClaimStatus | DeleteClaim, ...] = ()
     pods: tuple[PodPatch, ...] = ()
     after: tuple[WorkloadCheck | Event, ...] = ()
     placed: bool = False  # this plan records a new decision for the gang
+    requires: str = ""
+    transition: str = ""  # LOCKED or UNLOCKED when this plan locks or unlocks a running gang
 
     def __bool__(self) -> bool:
         return bool(self.claim or self.pods or self.after)
@@ -153,10 +174,23 @@ class Plan:
 
 @dataclass(frozen=True)
 class Decided:
-    """The core's answers for this cycle's pending gangs, by gang uid."""
+    """The core's answers for this cycle's pending gangs, by gang uid.
+
+    ``locks`` maps each unlocked gang that must align from now on to the uid of the gang whose
+    decision locks it, or to "" when no decision of this cycle does (it already shares a contended link).
+    """
 
     results: Mapping[str, Decision | NoFit] = field(default_factory=dict)
     warnings: tuple[str, ...] = ()
+    locks: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Reoptimised:
+    """What a re-optimisation pass changes: offset moves, and gangs that may run free again."""
+
+    moves: tuple[Move, ...] = ()
+    unlocks: tuple[str, ...] = ()
 
 
 # -------------------------------------------------------------------------------------------- epochs
@@ -191,7 +225,8 @@ def snapshot(world: World, settings: Settings) -> tuple[Snapshot, list[str]]:
         try:
             nodes = world.topology.nodes_of(r.nodes)
             offset = int(round(r.offset_ms / grid.slot_ms))
-            snap.assume(r.gang, nodes, np.array(r.members), offset, lay_out(r.gang.profile, grid), hold_gpus=False)
+            snap.assume(r.gang, nodes, np.array(r.members), offset, lay_out(r.gang.profile, grid), hold_gpus=False,
+                        locked=r.locked)
         except InvalidInput as exc:
             warnings.append(f"running gang {r.gang.name}: {exc}; its traffic is not accounted for")
     return snap, warnings
@@ -221,44 +256,97 @@ def decide(world: World, settings: Settings, now_s: float) -> Decided:
         pol = core_policy(world, name, settings)
         for result in schedule(snap, gangs, pol, now_s):
             results[result.uid] = result
-    return Decided(results, tuple(warnings))
+    return Decided(results, tuple(warnings), _locks(snap, results))
 
 
-def reoptimise_moves(world: World, settings: Settings, due: Sequence[str]) -> tuple[Move, ...]:
-    """Offset moves for the running gangs of the policies in ``due`` (bounded per policy, priority first)."""
+def _locks(snap: Snapshot, results: Mapping[str, Decision | NoFit]) -> dict[str, str]:
+    """Unlocked gangs that must align: those the decisions lock, then any other the core would not leave
+    unlocked (e.g. left so by a controller that stopped between the deciding gang's claim and this one's).
+
+    The second rule is the exact complement of the core's unlock rule (``Snapshot.unlockable``), so a
+    gang is never locked by one cycle and unlocked by the next re-optimisation pass. It uses up
+    ``snap``, which the cycle is done with.
+    """
+    out: dict[str, str] = {}
+    for result in results.values():
+        if isinstance(result, Decision):
+            for uid in result.locks:
+                out.setdefault(uid, result.uid)
+    unlocked = sorted(uid for uid, placed in snap.placed.items() if not placed.locked and uid not in out)
+    for uid in unlocked:
+        snap.lock(uid)
+    free = set(snap.unlockable())
+    for uid in unlocked:
+        if uid not in free:
+            out[uid] = ""
+    return out
+
+
+def reoptimise_running(world: World, settings: Settings, due: Sequence[str],
+                       decided: Decided = Decided()) -> Reoptimised:
+    """Offset moves for the running gangs of the policies in ``due`` (bounded per policy, priority first),
+    and those of their gangs left with no contended link (policies with lock on demand only).
+
+    This cycle's decisions and locks are assumed first and never moved: the pass sees the links as
+    they will be once this cycle's writes land.
+    """
     snap, _ = snapshot(world, settings)
+    gangs = {g.uid: g for g in world.gangs}
+    fresh: set[str] = set()
+    for uid, decision in sorted(decided.results.items()):
+        gang = gangs.get(uid)
+        if isinstance(decision, Decision) and gang is not None and gang.profile is not None and uid not in snap.placed:
+            try:
+                commit(snap, gang.core_gang(), decision)
+            except InvalidInput:
+                continue  # decide() assumed it on its own snapshot; nothing new can fail here
+            fresh.add(uid)
+    for uid in decided.locks:
+        if uid in snap.placed:
+            snap.lock(uid)
     owner = {g.uid: g.policy for g in world.gangs if g.placed and not g.finished}
     moves: list[Move] = []
+    unlocks: list[str] = []
     for name in sorted(due):
         view = next((p for p in world.policies if p.name == name), None)
         max_moves = view.reoptimization.max_moves if view is not None else 4
-        frozen = frozenset(uid for uid in snap.placed if owner.get(uid) != name)
-        result = reoptimise(snap, core_policy(world, name, settings), max_moves=max_moves, frozen=frozen)
+        frozen = frozenset(uid for uid in snap.placed if owner.get(uid) != name or uid in fresh)
+        pol = core_policy(world, name, settings)
+        result = reoptimise(snap, pol, max_moves=max_moves, frozen=frozen)
         moves.extend(result.moves)
-    return tuple(moves)
+        if pol.lock_on_demand:
+            unlocks.extend(uid for uid in snap.unlockable() if uid not in frozen)
+    return Reoptimised(tuple(moves), tuple(unlocks))
 
 
 # ------------------------------------------------------------------------------------------- planning
 def plan(world: World, decided: Decided, settings: Settings, now_s: float,
-         moves: Sequence[Move] = (), reported: Mapping[str, str] = {}) -> Plan:
+         reoptimised: Reoptimised = Reoptimised(), reported: Mapping[str, str] = {}) -> Plan:
     """The writes that bring the cluster in line with the world and this cycle's decisions.
 
     ``reported`` maps gang keys to the last no-fit reason an Event announced (for gangs without a
     claim to remember it), so an unchanged reason is not announced every cycle.
     """
     now_ms = now_s * 1000.0
+    moves = reoptimised.moves
     moved = {m.uid: m for m in moves}
+    unlocks = set(reoptimised.unlocks)
+    keys = {g.uid: str(g.key) for g in world.gangs}
     gang_writes: list[GangWrites] = []
     for gang in world.gangs:
         result = decided.results.get(gang.uid)
         if gang.finished:
             w = _release(gang.claim, gang, now_s)
         elif isinstance(result, Decision):
-            w = _place(gang, result, settings, now_s, now_ms)
+            w = _place(gang, result, settings, now_s, now_ms, locked=result.locked or gang.uid in decided.locks)
         elif isinstance(result, NoFit):
             w = _no_fit(gang, result.reason, world, now_s, reported)
         elif gang.placed and gang.claim is not None:
-            w = _follow(gang, gang.claim, moved.get(gang.uid), settings, now_s, now_ms)
+            lock = gang.uid in decided.locks
+            w = _follow(gang, gang.claim, moved.get(gang.uid), settings, now_s, now_ms, lock=lock,
+                        unlock=gang.uid in unlocks and not lock)
+            if lock and decided.locks[gang.uid] in keys:
+                w = dataclasses.replace(w, requires=keys[decided.locks[gang.uid]])
         elif not gang.placed and gang.profile is None and not gang.waiting_for:
             w = _no_fit(gang, gang.profile_error, world, now_s, reported)
         else:
@@ -310,18 +398,21 @@ def _ensure_claim(gang: GangView) -> tuple[CreateClaim, ...]:
     return (CreateClaim(gang.key.namespace, gang.claim_name, _claim_body(gang)),)
 
 
-def _place(gang: GangView, d: Decision, settings: Settings, now_s: float, now_ms: float) -> GangWrites:
+def _place(gang: GangView, d: Decision, settings: Settings, now_s: float, now_ms: float,
+           locked: bool) -> GangWrites:
     epoch = epoch_at_or_before(now_ms, settings)
     prior = gang.claim.conditions if gang.claim is not None else ()
     message = (f"{gang.size} members on {len(d.nodes)} node(s) {', '.join(d.nodes)}; offset {d.offset_ms:g} ms of "
                f"{d.period_ms:g} ms; " + ("feasible" if d.feasible else
-                                          f"predicted overflow {d.overflow_gbps_ms:.3g} Gbps*ms per period"))
+                                          f"predicted overflow {d.overflow_gbps_ms:.3g} Gbps*ms per period")
+               + ("" if locked else "; shares no contended link: runs free until a gang placed on its "
+                                       "links could collide with it"))
     conds = objects.set_condition(prior, PLACED, "True", PLACED, message, now_s)
     conds = objects.set_condition(conds, NOFIT, "False", PLACED, "placed", now_s)
     status: JSON = {
         "nodes": list(d.nodes), "members": list(d.members), "offsetMs": d.offset_ms, "periodMs": d.period_ms,
         "epoch": epoch, "links": list(d.links), "predictedOverflowGbpsMs": round(d.overflow_gbps_ms, 6),
-        "feasible": d.feasible, "decidedAt": objects.format_time(now_s), "conditions": conds,
+        "feasible": d.feasible, "locked": locked, "decidedAt": objects.format_time(now_s), "conditions": conds,
     }
     if gang.claim is not None:
         status["observedGeneration"] = gang.claim.generation
@@ -330,7 +421,7 @@ def _place(gang: GangView, d: Decision, settings: Settings, now_s: float, now_ms
                       generation=gang.claim.generation if gang.claim else 1, gang_ref=gang.key, ours=True,
                       profile=gang.profile, priority=gang.priority, queue_policy=gang.policy or None, placed=True,
                       nodes=d.nodes, members=d.members, offset_ms=d.offset_ms, period_ms=d.period_ms, epoch_ms=epoch,
-                      conditions=tuple(conds), status=status)
+                      conditions=tuple(conds), status=status, locked=locked)
     follow = _follow(gang, claim, None, settings, now_s, now_ms)
     after: tuple[WorkloadCheck | Event, ...] = follow.after
     if settings.events:
@@ -340,27 +431,57 @@ def _place(gang: GangView, d: Decision, settings: Settings, now_s: float, now_ms
 
 
 def _follow(gang: GangView, claim: ClaimView, move: Move | None, settings: Settings, now_s: float,
-            now_ms: float) -> GangWrites:
-    """Writes that make a placed gang's pods and Workload agree with its claim (and apply a move)."""
-    writes: list[CreateClaim | ClaimStatus | DeleteClaim] = []
+            now_ms: float, lock: bool = False, unlock: bool = False) -> GangWrites:
+    """Writes that make a placed gang's pods and Workload agree with its claim (and apply a move, a lock
+    or an unlock to the claim first).
+
+    A move or a lock takes effect at the first lattice epoch ``reconfigureLeadMs`` ahead; until then
+    the runtime keeps its previous slot (or, unlocked, keeps running free).
+    """
+    status: JSON = {}
     after: list[WorkloadCheck | Event] = []
-    offset, period, epoch = claim.offset_ms, claim.period_ms, claim.epoch_ms
+    offset, period, epoch, locked = claim.offset_ms, claim.period_ms, claim.epoch_ms, claim.locked
+    future = epoch_at_or_after(now_ms + settings.reconfigure_lead_ms, settings)
+    transition = ""
     if move is not None:
-        epoch = epoch_at_or_after(now_ms + settings.reconfigure_lead_ms, settings)
+        epoch, locked = future, True
         offset = math.fmod(move.offset_ms, period) if period > 0 else move.offset_ms
         note = (f"offset {claim.offset_ms:g} -> {offset:g} ms of {period:g} ms from epoch {epoch} "
                 f"(re-optimisation)")
         conds = objects.set_condition(claim.conditions, RECONFIGURED, "True", RECONFIGURED, note, now_s)
-        writes.append(ClaimStatus(claim.namespace, claim.name, claim.resource_version,
-                                  {"offsetMs": offset, "epoch": epoch, "conditions": conds}))
+        status.update({"offsetMs": offset, "epoch": epoch, "conditions": conds})
         if settings.events:
             after.append(Event(_regarding(gang), RECONFIGURED, note))
-    ann = {api.OFFSET_MS: objects.number_text(offset), api.PERIOD_MS: objects.number_text(period),
-           api.EPOCH: str(epoch)}
+    if (lock or move is not None) and not claim.locked:
+        # The offset it was placed at stays: the gangs now contending for its links were fitted around it.
+        epoch, locked, transition = (epoch if move is not None else future), True, LOCKED
+        status.update({"locked": True, "epoch": epoch})
+        if settings.events:
+            after.append(Event(_regarding(gang), LOCKED,
+                               f"a gang on its links could now collide with it: bursts aligned at offset "
+                               f"{offset:g} ms of {period:g} ms from epoch {epoch}"))
+    elif unlock and claim.locked and move is None:
+        locked, transition = False, UNLOCKED
+        status["locked"] = False
+        if settings.events:
+            after.append(Event(_regarding(gang), UNLOCKED,
+                               "no gang on its links could collide with it any more: offset and epoch withdrawn, "
+                               "runs free"))
+    writes: tuple[ClaimStatus, ...] = ()
+    if status:
+        writes = (ClaimStatus(claim.namespace, claim.name, claim.resource_version, status),)
+    ann = timing_annotations(period, offset, epoch, locked)
     pods = tuple(p for p in (_pod_patch(pod, node, ann) for pod, node in assign(claim, gang.pods)) if p is not None)
     if gang.check is not None and gang.obj is not None and gang.check.state != "Ready":
         after.insert(0, _check(gang, "Ready", _ready_message(claim), now_s, ann, claim))
-    return GangWrites(str(gang.key), tuple(writes), pods, tuple(after))
+    return GangWrites(str(gang.key), writes, pods, tuple(after), transition=transition)
+
+
+def timing_annotations(period_ms: float, offset_ms: float, epoch_ms: int, locked: bool) -> dict[str, str | None]:
+    """The pod annotations of a placed gang; None removes one (an unlocked gang's runtime runs free)."""
+    return {api.PERIOD_MS: objects.number_text(period_ms),
+            api.OFFSET_MS: objects.number_text(offset_ms) if locked else None,
+            api.EPOCH: str(epoch_ms) if locked else None}
 
 
 def assign(claim: ClaimView, pods: Sequence[PodView]) -> list[tuple[PodView, str | None]]:
@@ -387,7 +508,7 @@ def assign(claim: ClaimView, pods: Sequence[PodView]) -> list[tuple[PodView, str
     return out
 
 
-def _pod_patch(pod: PodView, node: str | None, ann: Mapping[str, str]) -> PodPatch | None:
+def _pod_patch(pod: PodView, node: str | None, ann: Mapping[str, str | None]) -> PodPatch | None:
     patch: JSON = {}
     changed = {k: v for k, v in ann.items() if pod.annotations.get(k) != v}
     if pod.gated and node is None:
@@ -413,7 +534,7 @@ def _ready_message(claim: ClaimView) -> str:
             f"{len(claim.nodes)} node(s), offset {claim.offset_ms:g} ms of {claim.period_ms:g} ms")
 
 
-def _check(gang: GangView, state: str, message: str, now_s: float, ann: Mapping[str, str] | None = None,
+def _check(gang: GangView, state: str, message: str, now_s: float, ann: Mapping[str, str | None] | None = None,
            claim: ClaimView | None = None) -> WorkloadCheck:
     assert gang.check is not None and gang.obj is not None
     entry: JSON = {"name": gang.check.name, "state": state, "message": message[:32768],
@@ -424,13 +545,13 @@ def _check(gang: GangView, state: str, message: str, now_s: float, ann: Mapping[
     return WorkloadCheck(gang.key.namespace, gang.key.name, objects.resource_version(gang.obj), tuple(entries), state)
 
 
-def _pod_set_update(pod_set: Mapping[str, Any], ann: Mapping[str, str], claim: ClaimView | None) -> JSON:
+def _pod_set_update(pod_set: Mapping[str, Any], ann: Mapping[str, str | None], claim: ClaimView | None) -> JSON:
     """Annotations Kueue will add to the pod set (only keys the template lacks or already agrees with:
     Kueue refuses updates that change existing keys); a node selector only for a one-node gang."""
     template = pod_set.get("template") or {}
     existing = (template.get("metadata") or {}).get("annotations") or {}
     update: JSON = {"name": pod_set.get("name", "main")}
-    keep = {k: v for k, v in ann.items() if existing.get(k, v) == v}
+    keep = {k: v for k, v in ann.items() if v is not None and existing.get(k, v) == v}
     if keep:
         update["annotations"] = keep
     selector = (template.get("spec") or {}).get("nodeSelector") or {}

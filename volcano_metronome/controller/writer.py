@@ -1,8 +1,10 @@
 """Applying a plan through the API, in order, idempotently, with optimistic concurrency.
 
 Three phases over all gangs at once (each phase's writes run in parallel): first every gang's
-claim writes (one after the other within a gang), then the pod patches of the gangs whose claim
-writes succeeded, then their Workload and Event writes. A gang whose write fails stops there for
+claim writes (one after the other within a gang; a gang that ``requires`` another starts only once
+that gang's claim writes succeeded, so a gang locked by a decision is written after the deciding
+gang's claim), then the pod patches of the gangs whose claim writes succeeded, then their
+Workload and Event writes. A gang whose write fails stops there for
 this cycle; the next cycle starts again from what the API server holds. A 409 (the object changed
 since it was read) refreshes the object into the overlay so the next cycle plans from it.
 """
@@ -18,8 +20,8 @@ from typing import Any, Callable, Protocol, Sequence
 from volcano_metronome import kube
 from volcano_metronome.controller.cache import Overlay
 from volcano_metronome.controller.objects import JSON
-from volcano_metronome.controller.reconcile import (ClaimStatus, CreateClaim, DeleteClaim, Event, GangWrites, Plan,
-                                                    PodPatch, StatusPatch, WorkloadCheck)
+from volcano_metronome.controller.reconcile import (LOCKED, ClaimStatus, CreateClaim, DeleteClaim, Event, GangWrites,
+                                                    Plan, PodPatch, StatusPatch, WorkloadCheck)
 from volcano_metronome.kube import Conflict, KubeError, NotFound, Resource
 
 log = logging.getLogger(__name__)
@@ -57,6 +59,8 @@ class Outcome:
     errors: int = 0
     ungated: int = 0
     placed: list[str] = field(default_factory=list)
+    locked: list[str] = field(default_factory=list)  # running gangs told to align, all their writes done
+    unlocked: list[str] = field(default_factory=list)  # running gangs let run free, all their writes done
     failed: list[str] = field(default_factory=list)
     by_kind: dict[tuple[str, str], int] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
@@ -92,8 +96,14 @@ class Writer:
         """Apply ``plan``; see the module docstring for the order."""
         out = Outcome()
         gangs = [g for g in plan.gangs if g]
-        ok = self._map(lambda g: self._claim_phase(g, out), gangs)
-        ready = [g for g, good in zip(gangs, ok) if good]
+        first = [g for g in gangs if not g.requires]
+        ok = self._map(lambda g: self._claim_phase(g, out), first)
+        planned = {g.gang for g in first}
+        done_claims = {g.gang for g, good in zip(first, ok) if good}
+        # A required gang without writes in this plan has nothing to wait for.
+        second = [g for g in gangs if g.requires and (g.requires in done_claims or g.requires not in planned)]
+        ok2 = self._map(lambda g: self._claim_phase(g, out), second)
+        ready = [g for g, good in [*zip(first, ok), *zip(second, ok2)] if good]
         pod_jobs = [(g, p) for g in ready for p in g.pods]
         pod_ok = self._map(lambda gp: self._pod(gp[1], out), pod_jobs)
         failed_gangs = {g.gang for (g, _), good in zip(pod_jobs, pod_ok) if not good}
@@ -102,6 +112,8 @@ class Writer:
         for g, good in zip(finish, done):
             if good and g.placed:
                 out.placed.append(g.gang)
+            if good and g.transition:
+                (out.locked if g.transition == LOCKED else out.unlocked).append(g.gang)
         out.failed = sorted({g.gang for g in gangs} - {g.gang for g, good in zip(finish, done) if good})
         self._map(lambda s: self._status(s, out), list(plan.other))
         return out
