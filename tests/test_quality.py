@@ -1,4 +1,4 @@
-"""The layering contracts and the type checker, as part of the one test command."""
+"""The layering contracts, pyflakes and the type checker, as part of the one test command."""
 
 from __future__ import annotations
 
@@ -22,4 +22,10 @@ def test_import_contracts_hold():
 
 def test_mypy_strict_is_clean():
     result = run(sys.executable, "-m", "mypy")
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_pyflakes_finds_nothing():
+    """No unused imports or names, no shadowed loop variables, no undefined names."""
+    result = run(sys.executable, "-m", "pyflakes", "volcano_metronome", "webhooks", "tests")
     assert result.returncode == 0, result.stdout + result.stderr

@@ -14,7 +14,6 @@ from volcano_metronome.core import fields
 from volcano_metronome.core.errors import InvalidInput
 from volcano_metronome.core.grid import DEFAULT_SLOT_MS, SlotGrid
 from volcano_metronome.core.model import Gang, Ordering, Policy
-from volcano_metronome.core.fields import number
 from volcano_metronome.core.profile import Profile
 from volcano_metronome.core.topology import Topology, leaf_spine
 
@@ -87,9 +86,9 @@ def parse(data: Any, catalog: Catalog | None = None, extra_keys: frozenset[str] 
     if not isinstance(user, Mapping):
         raise InvalidInput("catalog", user, "a mapping of model name to {period_ms, windows, jitter_ms}")
     catalog = catalog.with_entries(entry_from_mapping(str(k), v, f"catalog.{k}") for k, v in user.items())
-    slot_ms = number(data.get("slot_ms", DEFAULT_SLOT_MS), "slot_ms")
+    slot_ms = fields.number(data.get("slot_ms", DEFAULT_SLOT_MS), "slot_ms")
     hyper = data.get("max_hyperperiod_ms")
-    grid = SlotGrid.from_ms(slot_ms, None if hyper is None else number(hyper, "max_hyperperiod_ms"))
+    grid = SlotGrid.from_ms(slot_ms, None if hyper is None else fields.number(hyper, "max_hyperperiod_ms"))
     topology = parse_topology(data.get("topology"))
     policy = parse_policy(data.get("policy", {}), grid)
     raw_jobs = data.get("jobs", [])
@@ -107,17 +106,17 @@ def parse(data: Any, catalog: Catalog | None = None, extra_keys: frozenset[str] 
 def parse_topology(data: Any) -> TopologySpec:
     """Parse ``topology: {racks, nodes_per_rack, gpus_per_node, nic_gbps, uplink_gbps}``."""
     keys = {"racks", "nodes_per_rack", "gpus_per_node", "nic_gbps", "uplink_gbps"}
-    _mapping(data, "topology", keys)
-    racks = integer(data.get("racks", 1), "topology.racks", 1)
+    fields.mapping(data, "topology", keys)
+    racks = fields.integer(data.get("racks", 1), "topology.racks", 1)
     if racks > 1 and "uplink_gbps" not in data:
         raise InvalidInput("topology.uplink_gbps", None, "the rack uplink capacity in Gbps (needed when racks > 1)")
     spec = TopologySpec(
         racks=racks,
-        nodes_per_rack=integer(data.get("nodes_per_rack"), "topology.nodes_per_rack", 1),
-        gpus_per_node=integer(data.get("gpus_per_node"), "topology.gpus_per_node", 0),
-        nic_gbps=positive(data.get("nic_gbps"), "topology.nic_gbps"),
+        nodes_per_rack=fields.integer(data.get("nodes_per_rack"), "topology.nodes_per_rack", 1),
+        gpus_per_node=fields.integer(data.get("gpus_per_node"), "topology.gpus_per_node", 0),
+        nic_gbps=fields.positive(data.get("nic_gbps"), "topology.nic_gbps"),
         uplink_gbps=None if racks == 1 and "uplink_gbps" not in data
-        else positive(data.get("uplink_gbps"), "topology.uplink_gbps"),
+        else fields.positive(data.get("uplink_gbps"), "topology.uplink_gbps"),
     )
     return spec
 
@@ -127,19 +126,19 @@ def parse_policy(data: Any, grid: SlotGrid) -> Policy:
     lock_on_demand}``."""
     keys = {"ordering", "aging_per_minute", "priority_weight", "cushion_slots", "overflow_tolerance", "max_candidates",
             "lock_on_demand"}
-    _mapping(data, "policy", keys)
+    fields.mapping(data, "policy", keys)
     defaults = Policy()
     ordering = data.get("ordering", defaults.ordering.value)
     if ordering not in {o.value for o in Ordering}:
         raise InvalidInput("policy.ordering", ordering, f"one of {', '.join(o.value for o in Ordering)}")
     return Policy(
         ordering=Ordering(ordering),
-        aging_per_minute=number(data.get("aging_per_minute", defaults.aging_per_minute), "policy.aging_per_minute"),
-        priority_weight=number(data.get("priority_weight", defaults.priority_weight), "policy.priority_weight"),
-        cushion_slots=integer(data.get("cushion_slots", defaults.cushion_slots), "policy.cushion_slots", 0),
-        overflow_tolerance=number(data.get("overflow_tolerance", defaults.overflow_tolerance),
+        aging_per_minute=fields.number(data.get("aging_per_minute", defaults.aging_per_minute), "policy.aging_per_minute"),
+        priority_weight=fields.number(data.get("priority_weight", defaults.priority_weight), "policy.priority_weight"),
+        cushion_slots=fields.integer(data.get("cushion_slots", defaults.cushion_slots), "policy.cushion_slots", 0),
+        overflow_tolerance=fields.number(data.get("overflow_tolerance", defaults.overflow_tolerance),
                                   "policy.overflow_tolerance"),
-        max_candidates=integer(data.get("max_candidates", defaults.max_candidates), "policy.max_candidates", 1),
+        max_candidates=fields.integer(data.get("max_candidates", defaults.max_candidates), "policy.max_candidates", 1),
         lock_on_demand=fields.boolean(data.get("lock_on_demand", defaults.lock_on_demand), "policy.lock_on_demand"),
         grid=grid,
     )
@@ -148,7 +147,7 @@ def parse_policy(data: Any, grid: SlotGrid) -> Policy:
 def parse_job(data: Any, field: str, topology: TopologySpec, catalog: Catalog) -> JobSpec:
     """Parse one job; its profile is given inline or named by ``model`` (at the topology's NIC rate)."""
     keys = {"name", "arrival_s", "workers", "gpus_per_worker", "iterations", "priority", "profile", "model"}
-    _mapping(data, field, keys)
+    fields.mapping(data, field, keys)
     name = data.get("name")
     if not isinstance(name, str) or not name:
         raise InvalidInput(f"{field}.name", name, "a non-empty string")
@@ -161,11 +160,11 @@ def parse_job(data: Any, field: str, topology: TopologySpec, catalog: Catalog) -
         profile = _profile(data["profile"], f"{field}.profile")
     return JobSpec(
         name=name,
-        arrival_s=nonnegative(data.get("arrival_s", 0.0), f"{field}.arrival_s"),
-        workers=integer(data.get("workers"), f"{field}.workers", 1),
-        gpus_per_worker=integer(data.get("gpus_per_worker", 1), f"{field}.gpus_per_worker", 0),
-        iterations=integer(data.get("iterations", 100), f"{field}.iterations", 1),
-        priority=integer(data.get("priority", 0), f"{field}.priority", -(2**31)),
+        arrival_s=fields.nonnegative(data.get("arrival_s", 0.0), f"{field}.arrival_s"),
+        workers=fields.integer(data.get("workers"), f"{field}.workers", 1),
+        gpus_per_worker=fields.integer(data.get("gpus_per_worker", 1), f"{field}.gpus_per_worker", 0),
+        iterations=fields.integer(data.get("iterations", 100), f"{field}.iterations", 1),
+        priority=fields.integer(data.get("priority", 0), f"{field}.priority", -(2**31)),
         profile=profile,
         model=model,
     )
@@ -179,21 +178,3 @@ def _profile(data: Any, field: str) -> Profile:
             raise
         # Cross-field checks run on the built value and name it "profile"; say which job's it is.
         raise InvalidInput(exc.field.replace("profile", field, 1), exc.value, exc.expected) from None
-
-
-# Kept as names of this module: the simulator's workload parser reads its fields with them.
-integer = fields.integer
-
-
-def positive(value: Any, field: str) -> float:
-    """A finite number above zero."""
-    return fields.number(value, field, above=0.0)
-
-
-def nonnegative(value: Any, field: str) -> float:
-    """A finite number at least zero."""
-    return fields.number(value, field, minimum=0.0)
-
-
-def _mapping(data: Any, field: str, keys: set[str]) -> None:
-    fields.mapping(data, field, keys)

@@ -10,7 +10,7 @@ import jsonpatch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.admission.builders import HANDLED, gvk, ops_of, patched, response, review, schema_errors, upstream_examples, workload
+from tests.admission.builders import HANDLED, gvk, ops_of, response, review, schema_errors, upstream_examples, workload
 from volcano_metronome import api
 from volcano_metronome.admission import Context, Lookups, admit, parse_settings
 from volcano_metronome.core.errors import InvalidInput

@@ -25,7 +25,7 @@ from tests.controller import builders as b
 from volcano_metronome import api, kube
 from volcano_metronome.controller import objects
 from volcano_metronome.devtools.apply import ApiClient
-from volcano_metronome.devtools.devcluster import our_crd_files, upstream_crd_files
+from volcano_metronome.devtools.sources import our_crd_files, upstream_crd_files
 
 JSON = dict[str, Any]
 

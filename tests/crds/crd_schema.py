@@ -29,7 +29,7 @@ _INT_RANGES = {"int32": (-(2**31), 2**31 - 1), "int64": (-(2**63), 2**63 - 1)}
 @functools.lru_cache(maxsize=1)
 def upstream_crds() -> tuple[dict[str, Any], ...]:
     """Every upstream CRD in shared/upstream/crds (Volcano, Kueue, scheduler-plugins), parsed once."""
-    from volcano_metronome.devtools.devcluster import upstream_dir
+    from volcano_metronome.devtools.sources import upstream_dir
 
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # the C parser: these files are 2 MB
     found = []

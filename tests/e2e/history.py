@@ -7,7 +7,6 @@ claim's decision before the job finished and released it); a watch delivers ever
 from __future__ import annotations
 
 import threading
-import time
 from typing import Any, Callable
 
 from volcano_metronome import kube
@@ -81,17 +80,3 @@ class History:
         self._response = response
         self._started.set()
 
-
-def wait_until(predicate: Callable[[], Any], timeout: float, what: str | Callable[[], str],
-               interval: float = 0.2) -> Any:
-    """Poll until ``predicate()`` is truthy and return its value; else fail naming ``what`` (a callable
-    is called only then, e.g. to quote component logs as they are at that moment)."""
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = predicate()
-        if last:
-            return last
-        time.sleep(interval)
-    text = what() if callable(what) else what
-    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {text} (last: {str(last)[:300]})")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from tests.e2e.history import wait_until
+from tests.controller.cluster import wait_until
 from volcano_metronome import api, kube
 from volcano_metronome.controller import objects
 

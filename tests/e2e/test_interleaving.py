@@ -18,10 +18,9 @@ from typing import Any
 from tests.e2e import manifests
 from tests.e2e.manifests import LAYOUT
 from tests.e2e.checks import assert_bound_as_decided, bound, decided, gpus_in_use, held_claims, running
-from tests.e2e.history import wait_until
+from tests.controller.cluster import wait_until
 from tests.e2e.members import create_member
 from volcano_metronome import api, kube
-from volcano_metronome.controller import objects
 from volcano_metronome.devtools.stack import Stack
 
 PERIOD_MS = 200

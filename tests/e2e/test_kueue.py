@@ -14,7 +14,8 @@ from typing import Any, Callable
 from tests.e2e import manifests
 from tests.e2e.manifests import LAYOUT
 from tests.e2e.checks import assert_bound_as_decided, bound, created_gated, decided
-from tests.e2e.history import History, wait_until
+from tests.controller.cluster import wait_until
+from tests.e2e.history import History
 from volcano_metronome import api, kube
 from volcano_metronome.controller import objects
 from volcano_metronome.devtools.apply import ApiClient

@@ -16,7 +16,7 @@ from typing import Any
 
 from tests.e2e import manifests
 from tests.e2e.checks import assert_bound_as_decided, bound, decided, running
-from tests.e2e.history import wait_until
+from tests.controller.cluster import wait_until
 from tests.e2e.members import create_member
 from volcano_metronome import api, kube
 from volcano_metronome.admission.pods import slot_mount, slot_volume

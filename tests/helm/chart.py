@@ -45,7 +45,7 @@ def helm() -> pathlib.Path:
         pytest.skip(str(exc))
 
 
-def run_helm(*args: str) -> subprocess.CompletedProcess[str]:
+def run_helm(*args: str, kubeconfig: pathlib.Path | None = None, timeout: float = 120) -> subprocess.CompletedProcess[str]:
     """Run helm with an empty, private home so no user configuration or repository leaks in."""
     with tempfile.TemporaryDirectory(prefix="metronome-helm-") as home:
         env = {
@@ -55,7 +55,9 @@ def run_helm(*args: str) -> subprocess.CompletedProcess[str]:
             "HELM_CONFIG_HOME": f"{home}/config",
             "HELM_DATA_HOME": f"{home}/data",
         }
-        return subprocess.run([str(helm()), *args], env=env, capture_output=True, text=True, timeout=120, check=False)
+        if kubeconfig is not None:
+            env["KUBECONFIG"] = str(kubeconfig)
+        return subprocess.run([str(helm()), *args], env=env, capture_output=True, text=True, timeout=timeout, check=False)
 
 
 def _values_file(values: dict[str, Any] | None, directory: str) -> list[str]:

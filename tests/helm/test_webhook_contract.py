@@ -15,7 +15,7 @@ from tests.helm.chart import one, template
 from volcano_metronome import api
 from volcano_metronome.admission import Context
 from volcano_metronome.admission.review import KINDS, admit
-from volcano_metronome.devtools.devcluster import upstream_dir
+from volcano_metronome.devtools.sources import upstream_dir
 
 KIND_OF_RESOURCE = {"jobs": "Job", "podgroups": "PodGroup", "workloads": "Workload", "pods": "Pod"}
 

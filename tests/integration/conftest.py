@@ -74,6 +74,6 @@ def control_plane(control_plane_binaries: dict[str, pathlib.Path]) -> Iterator[C
 @pytest.fixture(scope="session")
 def upstream_dir() -> pathlib.Path:
     """``shared/upstream`` (CRDs and example manifests copied byte for byte from upstream)."""
-    from volcano_metronome.devtools.devcluster import upstream_dir as find
+    from volcano_metronome.devtools.sources import upstream_dir as find
 
     return find()

@@ -16,7 +16,7 @@ from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 from kubernetes.client.rest import ApiException
 
-from volcano_metronome.devtools import devcluster
+from volcano_metronome.devtools import sources
 from volcano_metronome.devtools.apply import ApiClient, load_manifests
 from volcano_metronome.devtools.controlplane import ControlPlane, ControlPlaneError
 
@@ -34,7 +34,7 @@ def api(control_plane: ControlPlane) -> Iterator[k8s.ApiClient]:
 def upstream_crds(control_plane: ControlPlane, upstream_dir: pathlib.Path) -> list[str]:
     """Install the upstream Volcano and Kueue CRDs (and ours, if any) once for this module."""
     applier = ApiClient.from_kubeconfig(control_plane.kubeconfig_path)
-    files = devcluster.upstream_crd_files(upstream_dir) + devcluster.our_crd_files()
+    files = sources.upstream_crd_files(upstream_dir) + sources.our_crd_files()
     return applier.install_crds(files, timeout=120)
 
 

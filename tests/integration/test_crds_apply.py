@@ -15,11 +15,9 @@ from __future__ import annotations
 
 import copy
 import json
-import os
 import pathlib
 import ssl
 import subprocess
-import tempfile
 import urllib.request
 import uuid
 from typing import Any, Iterator
@@ -27,16 +25,15 @@ from typing import Any, Iterator
 import pytest
 import yaml
 
+from tests.helm.chart import CHART, run_helm, template
 from volcano_metronome import api
-from volcano_metronome.devtools import binaries
 from volcano_metronome.devtools.apply import FIELD_MANAGER, ApiClient, ApiError, load_manifests
 from volcano_metronome.devtools.controlplane import ControlPlane
-from volcano_metronome.devtools.devcluster import our_crd_files, upstream_crd_files
+from volcano_metronome.devtools.sources import our_crd_files, upstream_crd_files
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 EXAMPLES = sorted((REPO / "crds" / "examples").glob("*.yaml"))
 CASES: list[dict[str, Any]] = yaml.safe_load((REPO / "tests" / "crds" / "invalid_cases.yaml").read_text())
-CHART = REPO / "helm" / "volcano-metronome"
 
 
 @pytest.fixture(scope="module")
@@ -209,25 +206,8 @@ def test_printer_columns_show_the_decision(client: ApiClient, control_plane: Con
 
 # ----------------------------------------------------------------------------- the rendered chart
 
-def _helm() -> pathlib.Path:
-    try:
-        return binaries.binary_path("helm")
-    except binaries.MissingBinary as exc:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"CI=true and helm is missing: {exc}", pytrace=False)
-        pytest.skip(str(exc))
-
-
 def _render(namespace: str, *values: str) -> list[dict[str, Any]]:
-    with tempfile.TemporaryDirectory(prefix="metronome-helm-") as home:
-        env = {"PATH": os.environ.get("PATH", ""), "HOME": home, "HELM_CACHE_HOME": f"{home}/c",
-               "HELM_CONFIG_HOME": f"{home}/g", "HELM_DATA_HOME": f"{home}/d"}
-        args = [str(_helm()), "template", "metronome", str(CHART), "--namespace", namespace, "--kube-version", "1.36.0"]
-        for value in values:
-            args += ["--set", value]
-        completed = subprocess.run(args, env=env, capture_output=True, text=True, timeout=120, check=False)
-    assert completed.returncode == 0, completed.stderr
-    return [doc for doc in yaml.safe_load_all(completed.stdout) if doc]
+    return template(namespace=namespace, extra=tuple(arg for value in values for arg in ("--set", value)))
 
 
 def _dry_run(client: ApiClient, obj: dict[str, Any]) -> dict[str, Any]:
@@ -264,11 +244,11 @@ def test_every_pod_template_is_admitted_as_restricted(client: ApiClient, restric
     templates = [(o["metadata"]["name"], o["spec"]["template"]) for o in _render(restricted_namespace)
                  if o["kind"] in ("Deployment", "Job")]
     assert len(templates) == 4  # webhook, controller, the two certificate Jobs
-    for name, template in templates:
+    for name, pod_template in templates:
         pod = {"apiVersion": "v1", "kind": "Pod",
                "metadata": {"name": f"{name}-probe", "namespace": restricted_namespace,
-                            "labels": template["metadata"].get("labels", {})},
-               "spec": template["spec"]}
+                            "labels": pod_template["metadata"].get("labels", {})},
+               "spec": pod_template["spec"]}
         _dry_run(client, pod)
     # The namespace really enforces "restricted": a pod without the security settings is refused.
     bare = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "bare", "namespace": restricted_namespace},
@@ -278,10 +258,7 @@ def test_every_pod_template_is_admitted_as_restricted(client: ApiClient, restric
 
 
 def _helm_cli(plane: ControlPlane, *args: str) -> subprocess.CompletedProcess[str]:
-    with tempfile.TemporaryDirectory(prefix="metronome-helm-") as home:
-        env = {"PATH": os.environ.get("PATH", ""), "HOME": home, "HELM_CACHE_HOME": f"{home}/c",
-               "HELM_CONFIG_HOME": f"{home}/g", "HELM_DATA_HOME": f"{home}/d", "KUBECONFIG": str(plane.kubeconfig_path)}
-        return subprocess.run([str(_helm()), *args], env=env, capture_output=True, text=True, timeout=180, check=False)
+    return run_helm(*args, kubeconfig=plane.kubeconfig_path, timeout=180)
 
 
 def test_helm_install_upgrade_uninstall(client: ApiClient, control_plane: ControlPlane) -> None:

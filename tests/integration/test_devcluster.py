@@ -16,7 +16,7 @@ from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 
 from volcano_metronome import api
-from volcano_metronome.devtools import devcluster
+from volcano_metronome.devtools import devcluster, fabric
 from volcano_metronome.devtools.apply import ApiClient
 from volcano_metronome.devtools.controlplane import ProcessRecord, is_alive
 from volcano_metronome.devtools.stack import Stack
@@ -32,7 +32,7 @@ def cluster_dir(tmp_path: pathlib.Path, control_plane_binaries: dict[str, pathli
 
 
 def test_up_status_down(cluster_dir: pathlib.Path) -> None:
-    layout = devcluster.Layout(racks=2, nodes_per_rack=2, gpus_per_node=4)
+    layout = fabric.Layout(racks=2, nodes_per_rack=2, gpus_per_node=4)
     status = devcluster.up(layout=layout, directory=cluster_dir)
     assert status.running and status.ready
     assert {"etcd", "kube-apiserver", "webhook", "controller"} <= set(status.processes)
@@ -42,8 +42,8 @@ def test_up_status_down(cluster_dir: pathlib.Path) -> None:
     api_client = k8s_config.new_client_from_config(config_file=str(status.kubeconfig))
     try:
         nodes = k8s.CoreV1Api(api_client).list_node().items
-        assert sorted(n.metadata.labels[devcluster.RACK_LABEL] for n in nodes) == ["rack-0", "rack-0", "rack-1", "rack-1"]
-        assert all(n.status.allocatable[devcluster.GPU_RESOURCE] == "4" for n in nodes)
+        assert sorted(n.metadata.labels[fabric.RACK_LABEL] for n in nodes) == ["rack-0", "rack-0", "rack-1", "rack-1"]
+        assert all(n.status.allocatable[fabric.GPU_RESOURCE] == "4" for n in nodes)
         crds = {c.metadata.name for c in k8s.ApiextensionsV1Api(api_client).list_custom_resource_definition().items}
         assert {"jobs.batch.volcano.sh", "workloads.kueue.x-k8s.io", "stbandwidthclaims.metronome.dev"} <= crds
     finally:
@@ -68,7 +68,7 @@ def test_up_status_down(cluster_dir: pathlib.Path) -> None:
 
 @pytest.mark.e2e
 def test_whole_stack_runs_the_printed_sample(cluster_dir: pathlib.Path, kwok_binary: pathlib.Path) -> None:
-    status = devcluster.up(layout=devcluster.Layout(racks=1, nodes_per_rack=2), directory=cluster_dir)
+    status = devcluster.up(layout=fabric.Layout(racks=1, nodes_per_rack=2), directory=cluster_dir)
     assert set(status.processes) == {"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok",
                                      "webhook", "kueue", "controller"}
     assert all(status.processes.values()) and not status.skipped

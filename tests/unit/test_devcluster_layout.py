@@ -7,20 +7,20 @@ import pathlib
 import pytest
 
 from volcano_metronome.core.errors import MetronomeError
-from volcano_metronome.devtools import devcluster
+from volcano_metronome.devtools import devcluster, fabric, sources
 from volcano_metronome.devtools.apply import Resource, load_manifests
 
 
 def test_fake_nodes_form_racks_and_zones_with_gpus() -> None:
-    nodes = devcluster.fake_nodes(devcluster.Layout(racks=4, nodes_per_rack=3, gpus_per_node=4))
+    nodes = fabric.fake_nodes(fabric.Layout(racks=4, nodes_per_rack=3, gpus_per_node=4))
     assert len(nodes) == 12
     assert len({n["metadata"]["name"] for n in nodes}) == 12
     racks: dict[str, set[str]] = {}
     for node in nodes:
         labels = node["metadata"]["labels"]
-        racks.setdefault(labels[devcluster.RACK_LABEL], set()).add(labels[devcluster.ZONE_LABEL])
-        assert node["metadata"]["annotations"][devcluster.KWOK_ANNOTATION] == "fake"
-        assert node["status"]["allocatable"][devcluster.GPU_RESOURCE] == "4"
+        racks.setdefault(labels[fabric.RACK_LABEL], set()).add(labels[fabric.ZONE_LABEL])
+        assert node["metadata"]["annotations"][fabric.KWOK_ANNOTATION] == "fake"
+        assert node["status"]["allocatable"][fabric.GPU_RESOURCE] == "4"
         assert labels["kubernetes.io/hostname"] == node["metadata"]["name"]
     # Four racks, each wholly inside one zone, two racks per zone.
     assert {rack: zones.pop() for rack, zones in racks.items()} == {
@@ -38,15 +38,15 @@ def test_state_dir_default_and_override(tmp_path: pathlib.Path) -> None:
 
 def test_upstream_dir_override_must_hold_crds(tmp_path: pathlib.Path) -> None:
     with pytest.raises(MetronomeError, match="METRONOME_UPSTREAM_DIR"):
-        devcluster.upstream_dir({"METRONOME_UPSTREAM_DIR": str(tmp_path)})
+        sources.upstream_dir({"METRONOME_UPSTREAM_DIR": str(tmp_path)})
     (tmp_path / "crds" / "volcano").mkdir(parents=True)
     (tmp_path / "crds" / "kueue").mkdir()
     (tmp_path / "crds" / "volcano" / "b.yaml").write_text("")
     (tmp_path / "crds" / "kueue" / "a.yaml").write_text("")
     (tmp_path / "crds" / "scheduler-plugins").mkdir()
     (tmp_path / "crds" / "scheduler-plugins" / "c.yaml").write_text("")
-    assert devcluster.upstream_dir({"METRONOME_UPSTREAM_DIR": str(tmp_path)}) == tmp_path
-    names = [p.name for p in devcluster.upstream_crd_files(tmp_path)]
+    assert sources.upstream_dir({"METRONOME_UPSTREAM_DIR": str(tmp_path)}) == tmp_path
+    names = [p.name for p in sources.upstream_crd_files(tmp_path)]
     assert names == ["b.yaml", "a.yaml"]  # Volcano, then Kueue; not scheduler-plugins
 
 
@@ -54,7 +54,7 @@ def test_our_crds_are_top_level_yaml_only(tmp_path: pathlib.Path) -> None:
     (tmp_path / "crds" / "examples").mkdir(parents=True)
     (tmp_path / "crds" / "x.yaml").write_text("")
     (tmp_path / "crds" / "examples" / "e.yaml").write_text("")
-    assert [p.name for p in devcluster.our_crd_files(tmp_path)] == ["x.yaml"]
+    assert [p.name for p in sources.our_crd_files(tmp_path)] == ["x.yaml"]
 
 
 def test_load_manifests_expands_lists_and_skips_empty_documents(tmp_path: pathlib.Path) -> None:
@@ -84,7 +84,7 @@ def test_resource_paths() -> None:
 
 def test_upstream_dir_of_this_checkout_exists() -> None:
     """The repository layout the tests and dev-cluster rely on: ../shared/upstream beside the checkout."""
-    upstream = devcluster.upstream_dir()
-    files = devcluster.upstream_crd_files(upstream)
+    upstream = sources.upstream_dir()
+    files = sources.upstream_crd_files(upstream)
     assert any(p.name == "batch.volcano.sh_jobs.yaml" for p in files)
     assert any(p.name == "kueue.x-k8s.io_clusterqueues.yaml" for p in files)

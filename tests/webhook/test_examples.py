@@ -29,19 +29,19 @@ CASES = list(upstream_examples()) + [(f"synthesized Workload {v}", workload(v)) 
 def test_example_over_https(server: Server, name: str, obj: dict):
     conn = server.connection()
     try:
-        for annotations in (None, MODEL, EXPLICIT):
-            sent = with_annotations(obj, annotations) if annotations else obj
+        for extra in (None, MODEL, EXPLICIT):
+            sent = with_annotations(obj, extra) if extra else obj
             out = server.mutate(review(sent), conn)
             assert response(out)["allowed"] is True, out
             after = patched(sent, out)
-            assert schema_errors(after) == [], (name, annotations)
-            assert ops_of(server.mutate(review(after), conn)) == [], (name, annotations)
+            assert schema_errors(after) == [], (name, extra)
+            assert ops_of(server.mutate(review(after), conn)) == [], (name, extra)
             plain_pod = gvk(obj) == ("", "v1", "Pod") and api.KUEUE_POD_GROUP_NAME not in obj["metadata"].get("labels", {})
-            if annotations and not plain_pod:
+            if extra and not plain_pod:
                 assert api.PROFILE in after["metadata"]["annotations"]
-            if annotations and gvk(obj) == ("", "v1", "Pod") and not plain_pod:
+            if extra and gvk(obj) == ("", "v1", "Pod") and not plain_pod:
                 assert {"name": api.SCHEDULING_GATE} in after["spec"]["schedulingGates"]
-            if not annotations:
+            if not extra:
                 assert ops_of(out) == []
     finally:
         conn.close()

@@ -78,7 +78,7 @@ def main(argv: list[str]) -> int:
 
 def install_crds(kubeconfig: pathlib.Path) -> None:
     from volcano_metronome.devtools.apply import ApiClient
-    from volcano_metronome.devtools.devcluster import our_crd_files, upstream_crd_files
+    from volcano_metronome.devtools.sources import our_crd_files, upstream_crd_files
 
     ApiClient.from_kubeconfig(kubeconfig).install_crds(upstream_crd_files() + our_crd_files())
 

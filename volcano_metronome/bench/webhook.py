@@ -109,11 +109,9 @@ def _start_server(tmp: pathlib.Path, port: int, args: argparse.Namespace) -> sub
     (tmp / "settings.yaml").write_text("watch: {podGroups: false, claims: false}\n")
     env = dict(os.environ)
     env.pop("PROMETHEUS_MULTIPROC_DIR", None)
-    try:
-        import webhooks  # noqa: F401
-    except ImportError:  # an editable install made before webhooks/ existed: run it from the source tree
-        root = str(pathlib.Path(__file__).resolve().parents[2])
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, env.get("PYTHONPATH")]))
+    # The server imports what this process imported (a checkout or site-packages), whatever its cwd.
+    root = str(pathlib.Path(__file__).resolve().parents[2])
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, env.get("PYTHONPATH")]))
     access_log = str(tmp / "access.log") if args.access_log == "file" else "off"
     command = [sys.executable, "-m", "volcano_metronome", "webhook", "--cert-dir", str(tmp), "--host", "127.0.0.1",
                "--port", str(port), "--workers", str(args.workers), "--threads", str(args.threads),

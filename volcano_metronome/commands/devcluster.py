@@ -30,7 +30,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run the chosen action; returns 0, or 1 from ``status`` when the cluster is not running."""
-    from volcano_metronome.devtools import devcluster
+    from volcano_metronome.devtools import devcluster, fabric
 
     def progress(message: str) -> None:
         print(message, file=sys.stderr, flush=True)
@@ -39,9 +39,9 @@ def run(args: argparse.Namespace) -> int:
         for flag in ("racks", "nodes_per_rack", "gpus_per_node"):
             if getattr(args, flag) < 1:
                 raise InvalidInput(f"--{flag.replace('_', '-')}", getattr(args, flag), "a positive integer")
-        layout = devcluster.Layout(racks=args.racks, nodes_per_rack=args.nodes_per_rack, gpus_per_node=args.gpus_per_node)
+        layout = fabric.Layout(racks=args.racks, nodes_per_rack=args.nodes_per_rack, gpus_per_node=args.gpus_per_node)
         current = devcluster.up(layout=layout, progress=progress)
-        print(devcluster.node_summary(layout))
+        print(fabric.node_summary(layout))
         print(devcluster.sample_text(current))
         return 0
     if args.dev_action == "down":

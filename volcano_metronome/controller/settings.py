@@ -8,7 +8,6 @@ docs/controller.md; keep the two in step.
 from __future__ import annotations
 
 import dataclasses
-import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 

@@ -53,6 +53,16 @@ def integer(value: Any, field: str, minimum: int, maximum: int | None = None) ->
     return value
 
 
+def positive(value: Any, field: str) -> float:
+    """A finite number above zero."""
+    return number(value, field, above=0.0)
+
+
+def nonnegative(value: Any, field: str) -> float:
+    """A finite number at least zero."""
+    return number(value, field, minimum=0.0)
+
+
 def boolean(value: Any, field: str) -> bool:
     """``true`` or ``false``."""
     if not isinstance(value, bool):

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from volcano_metronome.core.errors import InvalidInput
-from volcano_metronome.core.fields import number as number  # re-exported for older callers
+from volcano_metronome.core.fields import number
 
 #: Largest rate any window may ask for; 1.6 Tbps is above every NIC sold today.
 MAX_GBPS = 1600.0

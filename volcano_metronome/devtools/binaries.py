@@ -179,13 +179,18 @@ def default_names(environ: dict[str, str] | None = None) -> tuple[str, ...]:
 
 def cache_root(environ: dict[str, str] | None = None) -> pathlib.Path:
     """Where built programs live: ``$METRONOME_BIN_DIR`` or ``~/.cache/volcano-metronome/bin``."""
+    return user_cache_dir("bin", "METRONOME_BIN_DIR", environ)
+
+
+def user_cache_dir(name: str, override_variable: str, environ: dict[str, str] | None = None) -> pathlib.Path:
+    """``$override_variable`` if set, else ``volcano-metronome/name`` in the user's cache (XDG_CACHE_HOME or ~/.cache)."""
     env = os.environ if environ is None else environ
-    override = env.get("METRONOME_BIN_DIR")
+    override = env.get(override_variable)
     if override:
         return pathlib.Path(override).expanduser()
     xdg = env.get("XDG_CACHE_HOME")
     base = pathlib.Path(xdg).expanduser() if xdg else pathlib.Path.home() / ".cache"
-    return base / "volcano-metronome" / "bin"
+    return base / "volcano-metronome" / name
 
 
 def tools_dir(environ: dict[str, str] | None = None) -> pathlib.Path:

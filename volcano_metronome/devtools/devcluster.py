@@ -11,7 +11,6 @@ manifests. State lives in ``~/.cache/volcano-metronome/dev-cluster/``
 from __future__ import annotations
 
 import json
-import os
 import pathlib
 import shutil
 from dataclasses import asdict, dataclass, field
@@ -20,18 +19,9 @@ from typing import Any, Callable
 import yaml
 
 from volcano_metronome import api
+from volcano_metronome.devtools import binaries
 from volcano_metronome.devtools.controlplane import ControlPlane, ProcessRecord, is_alive, terminate
-from volcano_metronome.devtools.fabric import GPU_RESOURCE as GPU_RESOURCE
-from volcano_metronome.devtools.fabric import KWOK_ANNOTATION as KWOK_ANNOTATION
-from volcano_metronome.devtools.fabric import RACK_LABEL as RACK_LABEL
-from volcano_metronome.devtools.fabric import ZONE_LABEL as ZONE_LABEL
-from volcano_metronome.devtools.fabric import Layout as Layout
-from volcano_metronome.devtools.fabric import fake_nodes as fake_nodes
-from volcano_metronome.devtools.fabric import node_summary as node_summary
-from volcano_metronome.devtools.sources import our_crd_files as our_crd_files
-from volcano_metronome.devtools.sources import repo_root as repo_root
-from volcano_metronome.devtools.sources import upstream_crd_files as upstream_crd_files
-from volcano_metronome.devtools.sources import upstream_dir as upstream_dir
+from volcano_metronome.devtools.fabric import GPU_RESOURCE, Layout
 from volcano_metronome.devtools.stack import Stack
 
 SAMPLE_PODGROUP_FILE = "sample-podgroup.yaml"
@@ -134,13 +124,7 @@ class Status:
 
 def state_dir(environ: dict[str, str] | None = None) -> pathlib.Path:
     """Where the dev cluster keeps its certificates, etcd data, logs and pids."""
-    env = os.environ if environ is None else environ
-    override = env.get("METRONOME_DEV_CLUSTER_DIR")
-    if override:
-        return pathlib.Path(override).expanduser()
-    xdg = env.get("XDG_CACHE_HOME")
-    base = pathlib.Path(xdg).expanduser() if xdg else pathlib.Path.home() / ".cache"
-    return base / "volcano-metronome" / "dev-cluster"
+    return binaries.user_cache_dir("dev-cluster", "METRONOME_DEV_CLUSTER_DIR", environ)
 
 
 def sample_podgroup(members: int = 2, name: str = "allreduce-demo") -> str:

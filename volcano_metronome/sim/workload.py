@@ -26,8 +26,8 @@ import numpy as np
 
 from volcano_metronome.catalog import Catalog
 from volcano_metronome.core.errors import InvalidInput
-from volcano_metronome.core.profile import number
-from volcano_metronome.scenario import JobSpec, Scenario, integer, nonnegative, parse, positive
+from volcano_metronome.core import fields
+from volcano_metronome.scenario import JobSpec, Scenario, parse
 
 EXTRA_KEYS = frozenset({"description", "seeds", "generate"})
 ARRIVAL_PROCESSES = ("poisson",)
@@ -83,7 +83,7 @@ def parse_sim(data: Any, catalog: Catalog | None = None) -> SimScenario:
     description = data.get("description", "")
     if not isinstance(description, str):
         raise InvalidInput("description", description, "a string")
-    seeds = integer(data.get("seeds", 1), "seeds", 1)
+    seeds = fields.integer(data.get("seeds", 1), "seeds", 1)
     generate = parse_generate(data["generate"], scenario) if "generate" in data else None
     if generate is None and not scenario.jobs:
         raise InvalidInput("jobs", [], "a non-empty list of jobs (or a generate: section)")
@@ -108,13 +108,13 @@ def parse_generate(data: Any, scenario: Scenario) -> Generate:
     iterations = data.get("iterations", [100, 100])
     if not (isinstance(iterations, list) and len(iterations) == 2):
         raise InvalidInput("generate.iterations", iterations, "a range [min, max] of whole iterations")
-    low = integer(iterations[0], "generate.iterations[0]", 1)
-    high = integer(iterations[1], "generate.iterations[1]", low)
+    low = fields.integer(iterations[0], "generate.iterations[0]", 1)
+    high = fields.integer(iterations[1], "generate.iterations[1]", low)
     return Generate(
-        count=integer(data.get("count"), "generate.count", 1),
-        seed=integer(data.get("seed", 0), "generate.seed", 0),
-        rate_per_min=positive(arrival.get("rate_per_min"), "generate.arrival.rate_per_min"),
-        start_s=nonnegative(arrival.get("start_s", 0.0), "generate.arrival.start_s"),
+        count=fields.integer(data.get("count"), "generate.count", 1),
+        seed=fields.integer(data.get("seed", 0), "generate.seed", 0),
+        rate_per_min=fields.positive(arrival.get("rate_per_min"), "generate.arrival.rate_per_min"),
+        start_s=fields.nonnegative(arrival.get("start_s", 0.0), "generate.arrival.start_s"),
         mix=mix,
         shapes=shapes,
         iterations=(low, high),
@@ -155,21 +155,21 @@ def _shapes(data: Mapping[str, Any], scenario: Scenario) -> tuple[tuple[tuple[in
             where = f"generate.shapes[{i}]"
             if not isinstance(shape, Mapping) or set(shape) != {"workers", "gpus_per_worker", "weight"}:
                 raise InvalidInput(where, shape, "a mapping with exactly workers, gpus_per_worker, weight")
-            workers = integer(shape["workers"], f"{where}.workers", 1)
-            gpus = integer(shape["gpus_per_worker"], f"{where}.gpus_per_worker", 0)
+            workers = fields.integer(shape["workers"], f"{where}.workers", 1)
+            gpus = fields.integer(shape["gpus_per_worker"], f"{where}.gpus_per_worker", 0)
             check_fits(workers, gpus, scenario, where)
-            weight = number(shape["weight"], f"{where}.weight")
+            weight = fields.number(shape["weight"], f"{where}.weight")
             if weight <= 0:
                 raise InvalidInput(f"{where}.weight", shape["weight"], "a weight > 0")
             out.append(((workers, gpus), weight))
         return tuple(out)
-    gpus = integer(data.get("gpus_per_worker", 1), "generate.gpus_per_worker", 0)
+    gpus = fields.integer(data.get("gpus_per_worker", 1), "generate.gpus_per_worker", 0)
     raw_workers = data.get("workers")
     if isinstance(raw_workers, list):
         raw_workers = {w: 1 for w in raw_workers}
     choices = _weights(raw_workers, "generate.workers", int)
     for w, _ in choices:
-        integer(w, f"generate.workers.{w}", 1)
+        fields.integer(w, f"generate.workers.{w}", 1)
         check_fits(w, gpus, scenario, f"generate.workers.{w}")
     return tuple(((int(w), gpus), weight) for w, weight in choices)
 
@@ -217,7 +217,7 @@ def _weights(data: Any, field: str, kind: type) -> tuple[tuple[Any, float], ...]
             raise InvalidInput(f"{field}.{key}", key, "an integer choice")
         if kind is str and not isinstance(key, str):
             raise InvalidInput(f"{field}.{key}", key, "a catalog model name")
-        w = number(weight, f"{field}.{key}")
+        w = fields.number(weight, f"{field}.{key}")
         if w <= 0:
             raise InvalidInput(f"{field}.{key}", weight, "a weight > 0")
         out.append((key, w))
