@@ -384,3 +384,36 @@ def test_killed_between_the_lock_writes_and_restarted_converges(
     if kill_after == 3:
         assert a["epoch"] == recorded["a"]["epoch"]  # the recorded lock stands
     assert_interleaved(a, c)
+
+
+def test_a_pod_bound_outside_its_node_set_marks_the_claim_drifted(cluster: Cluster, tmp_path: pathlib.Path,
+                                                                  controllers: list[ControllerProcess]) -> None:
+    """A real Binding (what a scheduler ignoring our affinity would write) puts one pod on a node the
+    decision did not choose: the claim says Drifted, a Warning Event names the pod, and deleting the
+    pod clears it."""
+    nodes = cluster.nodes(4)
+    ns = cluster.namespace()
+    cluster.gang(ns, "a", 2)
+    ctl = start(cluster, tmp_path, controllers, ns)
+    wait_until(lambda: cluster.ungated(ns), 60, lambda: f"ungated pods\n{ctl.logs()}")
+    chosen = cluster.claims(ns)["podgroup-a"]["status"]["nodes"]
+    outside = next(n for n in nodes if n not in chosen)
+    pod = objects.name(sorted(cluster.pods(ns), key=objects.name)[0])
+    cluster.k.request("POST", kube.PODS.path(ns, pod, "binding"), body={
+        "apiVersion": "v1", "kind": "Binding", "metadata": {"name": pod, "namespace": ns},
+        "target": {"apiVersion": "v1", "kind": "Node", "name": outside}})
+
+    def drifted() -> dict | None:
+        cond = objects.condition(cluster.claims(ns)["podgroup-a"], "Drifted")
+        return cond if cond is not None and cond["status"] == "True" else None
+
+    cond = wait_until(drifted, 30, lambda: f"a Drifted condition\n{ctl.logs()}")
+    assert cond["reason"] == "BoundOutsideNodeSet" and f"{pod} on {outside}" in cond["message"]
+    warnings = [e for e in cluster.k.list(kube.EVENTS, ns)["items"] if e["reason"] == "Drifted"]
+    assert [e["type"] for e in warnings] == ["Warning"] and pod in warnings[0].get("note", warnings[0].get("message", ""))
+
+    # No kubelet confirms a graceful deletion here: delete at once, as a kubelet would end up doing.
+    cluster.k.request("DELETE", kube.PODS.path(ns, pod), body={"kind": "DeleteOptions", "apiVersion": "v1",
+                                                                "gracePeriodSeconds": 0})
+    wait_until(lambda: (objects.condition(cluster.claims(ns)["podgroup-a"], "Drifted") or {}).get("status") == "False",
+               30, lambda: f"the Drifted condition cleared\n{ctl.logs()}")

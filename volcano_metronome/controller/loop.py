@@ -152,6 +152,7 @@ class Controller:
         m = self.metrics
         m.queue_depth.set(plan.pending)
         m.placed_gangs.set(plan.placed)
+        m.drifted_gangs.set(plan.drifted)
         decided = [r for r in results.values()]
         if decided:
             per = decide_s / len(decided)

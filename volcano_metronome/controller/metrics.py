@@ -58,6 +58,8 @@ class Metrics:
                                         "Predicted overflow of the placed gangs, Gbps*ms per period, summed",
                                         registry=r)
         self.placed_gangs = Gauge(f"{_PREFIX}_placed_gangs", "Gangs holding nodes", registry=r)
+        self.drifted_gangs = Gauge(f"{_PREFIX}_drifted_gangs", "Placed gangs with pods bound outside their node set",
+                                   registry=r)
         self.writes = Counter(f"{_PREFIX}_writes", "API writes by kind and result", ["kind", "result"], registry=r)
         self.ungated_pods = Counter(f"{_PREFIX}_ungated_pods", "Pods whose scheduling gate we removed", registry=r)
         self.leader = Gauge(f"{_PREFIX}_leader", "1 while this replica holds the lease", registry=r)

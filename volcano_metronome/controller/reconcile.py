@@ -60,6 +60,7 @@ from volcano_metronome.core.snapshot import Snapshot
 
 PLACED, NOFIT, RECONFIGURED = "Placed", "NoFit", "Reconfigured"
 LOCKED, UNLOCKED = "Locked", "Unlocked"
+DRIFTED, OUTSIDE_NODE_SET, AS_DECIDED = "Drifted", "BoundOutsideNodeSet", "AsDecided"
 
 
 # --------------------------------------------------------------------------------------------- writes
@@ -165,6 +166,7 @@ class Plan:
     moves: tuple[Move, ...] = ()
     pending: int = 0
     placed: int = 0
+    drifted: int = 0  # placed gangs with pods bound outside their node set
 
     @property
     def writes(self) -> int:
@@ -363,7 +365,10 @@ def plan(world: World, decided: Decided, settings: Settings, now_s: float,
     pending = sum(1 for g in world.gangs if g.pending and not isinstance(decided.results.get(g.uid), Decision))
     placed = sum(1 for g in world.gangs if (g.placed and not g.finished) or isinstance(decided.results.get(g.uid),
                                                                                        Decision))
-    return Plan(tuple(gang_writes), tuple(other), tuple(decided.results.values()), tuple(moves), pending, placed)
+    drifted = sum(1 for g in world.gangs if g.placed and not g.finished and g.claim is not None
+                  and drift_message(g.claim, g.pods))
+    return Plan(tuple(gang_writes), tuple(other), tuple(decided.results.values()), tuple(moves), pending, placed,
+                drifted)
 
 
 def _regarding(gang: GangView) -> JSON:
@@ -423,6 +428,9 @@ def _place(gang: GangView, d: Decision, settings: Settings, now_s: float, now_ms
                       nodes=d.nodes, members=d.members, offset_ms=d.offset_ms, period_ms=d.period_ms, epoch_ms=epoch,
                       conditions=tuple(conds), status=status, locked=locked)
     follow = _follow(gang, claim, None, settings, now_s, now_ms)
+    for write in follow.claim:  # a drift already visible at placement goes into the same status write
+        if isinstance(write, ClaimStatus):
+            status["conditions"] = write.status.get("conditions", conds)
     after: tuple[WorkloadCheck | Event, ...] = follow.after
     if settings.events:
         after = after + (Event(_regarding(gang), PLACED, message),)
@@ -467,6 +475,16 @@ def _follow(gang: GangView, claim: ClaimView, move: Move | None, settings: Setti
             after.append(Event(_regarding(gang), UNLOCKED,
                                "no gang on its links could collide with it any more: offset and epoch withdrawn, "
                                "runs free"))
+    drift = drift_message(claim, gang.pods)
+    shown = next((c for c in claim.conditions if c.get("type") == DRIFTED), None)
+    if drift and (shown is None or shown.get("status") != "True" or shown.get("message") != drift):
+        status["conditions"] = objects.set_condition(status.get("conditions", claim.conditions), DRIFTED, "True",
+                                                     OUTSIDE_NODE_SET, drift, now_s)
+        if settings.events:
+            after.append(Event(_regarding(gang), DRIFTED, drift, type="Warning"))
+    elif not drift and shown is not None and shown.get("status") == "True":
+        status["conditions"] = objects.set_condition(status.get("conditions", claim.conditions), DRIFTED, "False",
+                                                     AS_DECIDED, "every bound pod is on a node of its node set", now_s)
     writes: tuple[ClaimStatus, ...] = ()
     if status:
         writes = (ClaimStatus(claim.namespace, claim.name, claim.resource_version, status),)
@@ -475,6 +493,20 @@ def _follow(gang: GangView, claim: ClaimView, move: Move | None, settings: Setti
     if gang.check is not None and gang.obj is not None and gang.check.state != "Ready":
         after.insert(0, _check(gang, "Ready", _ready_message(claim), now_s, ann, claim))
     return GangWrites(str(gang.key), writes, pods, tuple(after), transition=transition)
+
+
+def drift_message(claim: ClaimView, pods: Sequence[PodView]) -> str:
+    """How the gang departs from its decision: pods bound outside its node set ("" when none is).
+
+    Required node affinity keeps the pods we ungate on their nodes; a pod bound by other means (a
+    scheduler that ignores affinity, a direct Binding, a pod created with ``nodeName``) is reported,
+    not moved: the links it loads are not the ones the decision reserved.
+    """
+    outside = sorted(f"{p.name} on {p.node_name}" for p in pods if p.node_name and p.node_name not in claim.nodes)
+    if not outside:
+        return ""
+    listed = ", ".join(outside[:5]) + (f" and {len(outside) - 5} more" if len(outside) > 5 else "")
+    return f"{len(outside)} pod(s) bound outside the node set {', '.join(claim.nodes)}: {listed}"
 
 
 def timing_annotations(period_ms: float, offset_ms: float, epoch_ms: int, locked: bool) -> dict[str, str | None]:
