@@ -111,6 +111,9 @@ class Cluster:
             status = obj.pop("status")
             self.k.create(kube.NODES, obj)
             self.k.patch(kube.NODES, None, name, {"status": status}, subresource="status")
+            # No kubelet or node lifecycle controller runs here: lift the not-ready taint the API server put
+            # on the new node, as they would once it is Ready (the controller honours taints).
+            self.k.patch(kube.NODES, None, name, {"spec": {"taints": None}})
             names.append(name)
         return names
 

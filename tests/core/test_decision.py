@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -53,6 +55,30 @@ def test_insufficient_gpus_is_a_no_fit_with_the_numbers():
     d = decide(snap, gang("a", 3, 8), POLICY)
     assert isinstance(d, NoFit)
     assert "insufficient GPUs" in d.reason and "3 members x 8 GPUs" in d.reason
+
+
+def test_a_gang_restricted_to_some_nodes_is_placed_only_there():
+    topo = leaf_spine(2, 4, 100.0, 200.0)
+    snap = empty(topo, 8)
+    allowed = frozenset(topo.nodes[4:7])  # three nodes of the second rack
+    d = decide(snap, dataclasses.replace(gang("a", 3, 8), nodes=allowed), POLICY)
+    assert isinstance(d, Decision) and set(d.nodes) == allowed
+    d = decide(snap, dataclasses.replace(gang("b", 4, 8), nodes=allowed), POLICY)
+    assert isinstance(d, NoFit) and "room for 3 members" in d.reason and "admit 3 of 8 nodes" in d.reason
+    d = decide(snap, dataclasses.replace(gang("c", 1, 8), nodes=frozenset({"not-a-node"})), POLICY)
+    assert isinstance(d, NoFit) and "admit 0 of 8 nodes" in d.reason
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.sets(st.integers(0, 7), min_size=1), st.integers(1, 4), st.integers(1, 8))
+def test_a_decision_never_leaves_the_nodes_its_gang_may_use(allowed: set[int], size: int, gpus: int):
+    topo = leaf_spine(2, 4, 100.0, 200.0)
+    names = frozenset(topo.nodes[i] for i in allowed)
+    d = decide(empty(topo, 8), dataclasses.replace(gang("a", size, gpus), nodes=names), POLICY)
+    fits = sum(8 // gpus for _ in allowed) >= size
+    assert isinstance(d, Decision) == fits
+    if isinstance(d, Decision):
+        assert set(d.nodes) <= names
 
 
 def test_a_lower_priority_gang_may_not_push_a_higher_one_into_overflow():

@@ -417,3 +417,28 @@ def test_a_pod_bound_outside_its_node_set_marks_the_claim_drifted(cluster: Clust
                                                                 "gracePeriodSeconds": 0})
     wait_until(lambda: (objects.condition(cluster.claims(ns)["podgroup-a"], "Drifted") or {}).get("status") == "False",
                30, lambda: f"the Drifted condition cleared\n{ctl.logs()}")
+
+
+def test_a_gang_is_pinned_only_to_nodes_its_pods_select_and_tolerate(cluster: Cluster, tmp_path: pathlib.Path,
+                                                                      controllers: list[ControllerProcess]) -> None:
+    """Pods with a nodeSelector and a toleration: the controller pins them to nodes that carry the label
+    and whose hard taints they tolerate, never to the untainted-but-unlabelled or labelled-but-tainted."""
+    nodes = cluster.nodes(6)
+    labelled, tainted = nodes[2:5], nodes[4:]
+    for n in labelled:
+        cluster.k.patch(kube.NODES, None, n, {"metadata": {"labels": {"gpu-type": "h100"}}})
+    for n in tainted:
+        cluster.k.patch(kube.NODES, None, n, {"spec": {"taints": [{"key": "dedicated", "value": "other",
+                                                                    "effect": "NoSchedule"}]}})
+    ns = cluster.namespace()
+    cluster.k.create(kube.PODGROUPS, b.podgroup(ns, "a", 2), ns)
+    for p in b.gang_pods(ns, "a", 2):
+        p["spec"]["nodeSelector"] = {"gpu-type": "h100"}
+        p["spec"]["tolerations"] = [{"key": "nvidia.com/gpu", "operator": "Exists"}]
+        cluster.k.create(kube.PODS, p, ns)
+    ctl = start(cluster, tmp_path, controllers, ns)
+    wait_until(lambda: cluster.ungated(ns), 60, lambda: f"ungated pods\n{cluster.claims(ns)}\n{ctl.logs()}")
+    pinned = sorted(objects.pinned_node(p) or "" for p in cluster.pods(ns))
+    assert pinned == sorted(nodes[2:4]), pinned  # labelled and untainted: nodes 2 and 3
+    for p in cluster.pods(ns):  # the API server kept the pod's own selector beside our pin
+        assert p["spec"]["nodeSelector"] == {"gpu-type": "h100"}

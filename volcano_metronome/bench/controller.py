@@ -166,6 +166,9 @@ def make_nodes(k: kube.Kube, tag: str, count: int, gpus: int, threads: int) -> l
         k.create(kube.NODES, {"metadata": {"name": name, "labels": {
             "kubernetes.io/hostname": name, "metronome.dev/rack": f"bench-{tag}-r{i // 8}", "bench": tag}}})
         k.patch(kube.NODES, None, name, {"status": {"allocatable": res, "capacity": res}}, subresource="status")
+        # No kubelet or node lifecycle controller runs here: lift the node.kubernetes.io/not-ready taint the
+        # API server put on the new node, as they would once it is Ready (the controller honours taints).
+        k.patch(kube.NODES, None, name, {"spec": {"taints": None}})
         return name
 
     with ThreadPoolExecutor(threads) as pool:

@@ -18,11 +18,11 @@ from __future__ import annotations
 
 import hashlib
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Iterable, Mapping, Sequence
 
 from volcano_metronome import api
-from volcano_metronome.controller import objects, policy as policies, topology as network
+from volcano_metronome.controller import eligibility, objects, policy as policies, topology as network
 from volcano_metronome.controller.objects import JSON
 from volcano_metronome.controller.policy import QueuePolicyView
 from volcano_metronome.controller.settings import Settings
@@ -135,6 +135,7 @@ class GangView:
     check: AdmissionCheckState | None = None
     finished: bool = False
     waiting_for: str = ""  # why it is not decidable yet ("" when it is)
+    nodes: frozenset[str] | None = None  # the nodes its pods' selectors, affinity and tolerations admit
 
     @property
     def uid(self) -> str:
@@ -155,7 +156,7 @@ class GangView:
         """The core's value for this gang (requires a profile)."""
         assert self.profile is not None
         return Gang(uid=self.uid, name=str(self.key), size=self.size, gpus_per_member=self.gpus_per_member,
-                    profile=self.profile, priority=self.priority, created_s=self.created_s)
+                    profile=self.profile, priority=self.priority, created_s=self.created_s, nodes=self.nodes)
 
 
 @dataclass(frozen=True)
@@ -273,11 +274,15 @@ def observe(inputs: Inputs, settings: Settings) -> World:
             keys.add(ref)
 
     gangs: list[GangView] = []
+    memo: dict[str, frozenset[str] | None] = {}
     for key in sorted(keys):
         found: JSON | None = podgroups.get((key.namespace, key.name)) if key.kind == PODGROUP else (
             workloads.get((key.namespace, key.name)) if key.kind == WORKLOAD else None)
         gang = gang_view(key, found, tuple(sorted(pods_by_gang.get(key, ()), key=lambda p: p.name)), claims, by_ref,
                          pols, our_checks, cq_checks, settings)
+        if gang.pending:  # only a decision needs it; placed gangs keep the nodes they have
+            gang = replace(gang, nodes=eligibility.eligible_nodes(inputs.nodes, member_specs(key, found, gang.pods),
+                                                                  memo))
         gangs.append(gang)
 
     claimed = {g.claim.key for g in gangs if g.claim is not None and not g.finished}
@@ -288,6 +293,15 @@ def observe(inputs: Inputs, settings: Settings) -> World:
                                   settings.gpu_resource)
     return World(net.topology, net.source, allocatable, free, tuple(gangs), orphans, claims, pols, our_checks,
                  tuple(inputs.admission_checks), tuple(warnings))
+
+
+def member_specs(key: GangKey, obj: Mapping[str, Any] | None, pods: Sequence[PodView]) -> list[Mapping[str, Any]]:
+    """The pod specs whose node constraints a gang's members carry: its pods', else its podSets' templates."""
+    if pods:
+        return [p.obj.get("spec") or {} for p in pods]
+    if key.kind == WORKLOAD and obj is not None:
+        return [(ps.get("template") or {}).get("spec") or {} for ps in (obj.get("spec") or {}).get("podSets") or []]
+    return []
 
 
 def gang_key_of_pod(pod: Mapping[str, Any], owned_by_job: Mapping[tuple[str, str], str]) -> GangKey | None:

@@ -89,9 +89,18 @@ def decide(snapshot: Snapshot, gang: Gang, policy: Policy, earliest: int = 0) ->
     ``earliest`` (slots) breaks the last tie: the offset reached first counting from it wins.
     """
     pattern = lay_out(gang.profile, snapshot.grid)
-    found = candidates(snapshot.topology, snapshot.free_gpus, snapshot.link_mean, gang, policy.max_candidates)
+    free = snapshot.free_gpus
+    if gang.nodes is not None:
+        allowed = np.zeros(len(free), dtype=bool)
+        allowed[[i for n, i in snapshot.topology.node_index.items() if n in gang.nodes]] = True
+        free = np.where(allowed, free, 0)
+    found = candidates(snapshot.topology, free, snapshot.link_mean, gang, policy.max_candidates)
     if not found.primary:
-        return NoFit(gang.uid, found.reason)
+        reason = found.reason
+        if gang.nodes is not None:
+            reason += (f" (its pods' node selector, affinity and tolerations admit {int(allowed.sum())} of "
+                       f"{len(free)} nodes)")
+        return NoFit(gang.uid, reason)
     scored = [s for c in found.primary if (s := _score(snapshot, gang, pattern, c, policy, earliest)) is not None]
     if not any(s.feasible for s in scored):
         scored += [s for c in found.secondary if (s := _score(snapshot, gang, pattern, c, policy, earliest)) is not None]

@@ -22,10 +22,13 @@ class Gang:
     profile: Profile
     priority: int = 0
     created_s: float = 0.0  # on the caller's clock; the core only compares and subtracts these
+    nodes: frozenset[str] | None = None  # the nodes its members may run on (selectors, taints); None: any
 
     def __post_init__(self) -> None:
         if not self.uid:
             raise InvalidInput("gang.uid", self.uid, "a non-empty identifier")
+        if self.nodes is not None and not isinstance(self.nodes, frozenset):
+            raise InvalidInput(f"gang {self.name}: nodes", self.nodes, "a frozenset of node names or None")
         if not (isinstance(self.size, int) and self.size >= 1):
             raise InvalidInput(f"gang {self.name}: size", self.size, "an integer >= 1")
         if not (isinstance(self.gpus_per_member, int) and self.gpus_per_member >= 0):

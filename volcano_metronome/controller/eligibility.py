@@ -1,0 +1,106 @@
+"""Which nodes a gang's pods may run on, as kube-scheduler would judge it. PURE.
+
+The controller pins every member to a node with required node affinity, which is *added* to the
+pod's own constraints; a node the pod's ``nodeSelector``, required node affinity or tolerations
+rule out would leave the pod pending forever. So the nodes a decision may use are filtered first by:
+
+- ``nodeSelector``: every label equal;
+- ``affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution``: any term matches
+  (a term: all its ``matchExpressions`` on labels and ``matchFields`` on ``metadata.name``; an empty
+  term matches nothing), operators ``In``, ``NotIn``, ``Exists``, ``DoesNotExist``, ``Gt``, ``Lt``;
+- taints with effect ``NoSchedule`` or ``NoExecute``: each tolerated (``PreferNoSchedule`` is a
+  preference, not a rule).
+
+For a Kueue Workload, decided before it has pods, the spec is its podSets' templates (a node must
+admit every podSet). Kueue's ResourceFlavor ``nodeLabels`` are added to the pods by Kueue itself;
+they are not read here.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Iterable, Mapping, Sequence
+
+from volcano_metronome.controller import objects
+
+JSON = dict[str, Any]
+HARD_EFFECTS = ("NoSchedule", "NoExecute")
+
+
+def admits(node: Mapping[str, Any], spec: Mapping[str, Any]) -> bool:
+    """Whether a pod with ``spec`` may be scheduled on ``node`` (selector, required affinity, taints)."""
+    labels = objects.meta(node).get("labels") or {}
+    if any(labels.get(k) != v for k, v in (spec.get("nodeSelector") or {}).items()):
+        return False
+    terms = _required_terms(spec)
+    if terms is not None and not any(_term_matches(t, labels, objects.name(node)) for t in terms):
+        return False
+    tolerations = spec.get("tolerations") or []
+    return all(any(_tolerates(tol, taint) for tol in tolerations)
+               for taint in (node.get("spec") or {}).get("taints") or [] if taint.get("effect") in HARD_EFFECTS)
+
+
+def eligible_nodes(nodes: Sequence[Mapping[str, Any]], specs: Iterable[Mapping[str, Any]],
+                   memo: dict[str, frozenset[str] | None] | None = None) -> frozenset[str] | None:
+    """Names of the nodes that admit every spec; None when every node does (nothing to restrict).
+
+    ``memo`` (keyed by the specs' constraints) lets one cycle judge the gangs of one template once.
+    """
+    unique = {json.dumps([s.get("nodeSelector"), _required_terms(s), s.get("tolerations")], sort_keys=True,
+                         default=str): s for s in specs}
+    key = "\n".join(sorted(unique))
+    if memo is not None and key in memo:
+        return memo[key]
+    specs = list(unique.values())
+    names = [objects.name(n) for n in nodes if all(admits(n, s) for s in specs)]
+    result = None if len(names) == len(nodes) else frozenset(names)
+    if memo is not None:
+        memo[key] = result
+    return result
+
+
+def _required_terms(spec: Mapping[str, Any]) -> list[Mapping[str, Any]] | None:
+    required = (((spec.get("affinity") or {}).get("nodeAffinity") or {})
+                .get("requiredDuringSchedulingIgnoredDuringExecution"))
+    if required is None:
+        return None
+    return list(required.get("nodeSelectorTerms") or [])
+
+
+def _term_matches(term: Mapping[str, Any], labels: Mapping[str, str], name: str) -> bool:
+    expressions = term.get("matchExpressions") or []
+    fields = term.get("matchFields") or []
+    if not expressions and not fields:
+        return False
+    return (all(_matches(e, labels) for e in expressions)
+            and all(_matches(f, {"metadata.name": name}) for f in fields))
+
+
+def _matches(requirement: Mapping[str, Any], values: Mapping[str, str]) -> bool:
+    key, op = str(requirement.get("key") or ""), requirement.get("operator")
+    wanted = [str(v) for v in requirement.get("values") or []]
+    present = key in values
+    if op == "In":
+        return present and values[key] in wanted
+    if op == "NotIn":
+        return not present or values[key] not in wanted
+    if op == "Exists":
+        return present
+    if op == "DoesNotExist":
+        return not present
+    if op in ("Gt", "Lt") and present and len(wanted) == 1:
+        try:
+            have, bound = int(values[key]), int(wanted[0])
+        except ValueError:
+            return False
+        return have > bound if op == "Gt" else have < bound
+    return False  # an operator the API server would have refused, or Gt/Lt without an integer
+
+
+def _tolerates(toleration: Mapping[str, Any], taint: Mapping[str, Any]) -> bool:
+    if toleration.get("effect") and toleration.get("effect") != taint.get("effect"):
+        return False
+    key = toleration.get("key") or ""
+    if toleration.get("operator") == "Exists":
+        return not key or key == taint.get("key")
+    return key == taint.get("key") and (toleration.get("value") or "") == (taint.get("value") or "")
