@@ -409,8 +409,10 @@ def test_a_pod_bound_outside_its_node_set_marks_the_claim_drifted(cluster: Clust
 
     cond = wait_until(drifted, 30, lambda: f"a Drifted condition\n{ctl.logs()}")
     assert cond["reason"] == "BoundOutsideNodeSet" and f"{pod} on {outside}" in cond["message"]
-    warnings = [e for e in cluster.k.list(kube.EVENTS, ns)["items"] if e["reason"] == "Drifted"]
-    assert [e["type"] for e in warnings] == ["Warning"] and pod in warnings[0].get("note", warnings[0].get("message", ""))
+    # The Event follows the claim's status write: wait for it too.
+    warnings = wait_until(lambda: [e for e in cluster.k.list(kube.EVENTS, ns)["items"] if e["reason"] == "Drifted"],
+                          30, lambda: f"a Drifted Event\n{ctl.logs()}")
+    assert [e["type"] for e in warnings] == ["Warning"] and pod in warnings[0]["note"]
 
     # No kubelet confirms a graceful deletion here: delete at once, as a kubelet would end up doing.
     cluster.k.request("DELETE", kube.PODS.path(ns, pod), body={"kind": "DeleteOptions", "apiVersion": "v1",
