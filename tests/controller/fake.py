@@ -186,7 +186,8 @@ class FakeApi:
             "nodes": self.store(kube.NODES), "pods": self.store(kube.PODS, managed),
             BOUND_PODS: self.store(kube.PODS, bound), "podgroups": self.store(kube.PODGROUPS),
             "workloads": self.store(kube.WORKLOADS), "admissionchecks": self.store(kube.ADMISSION_CHECKS),
-            "clusterqueues": self.store(kube.CLUSTER_QUEUES), api.CLAIMS: self.store(kube.CLAIMS),
+            "clusterqueues": self.store(kube.CLUSTER_QUEUES), "resourceflavors": self.store(kube.RESOURCE_FLAVORS),
+            api.CLAIMS: self.store(kube.CLAIMS),
             api.CAPACITIES: self.store(kube.CAPACITIES), "hypernodes": self.store(kube.HYPERNODES),
             api.QUEUE_POLICIES: self.store(kube.QUEUE_POLICIES),
         }

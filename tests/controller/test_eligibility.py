@@ -104,3 +104,37 @@ def test_the_controller_places_a_gang_only_on_nodes_its_pods_admit() -> None:
     assert pinned == {"n2", "n3"}
     waiting = f.obj(kube.CLAIMS, "ns", "podgroup-c")
     assert "admit 2 of 4 nodes" in objects.condition(waiting, "NoFit")["message"]
+
+
+def flavored_cluster(flavor_tolerations: list[dict[str, Any]]) -> FakeApi:
+    """Only n2 and n3 are h100 nodes, n3 is tainted; a Workload with quota reserved in flavor h100."""
+    f = FakeApi()
+    for i in range(4):
+        node = b.node(f"n{i}", gpus=8, rack="r0", labels={"gpu": "h100" if i >= 2 else "a100"})
+        if i == 3:
+            node["spec"] = {"taints": [{"key": "reserved", "value": "h100", "effect": "NoSchedule"}]}
+        f.put(kube.NODES, node)
+    f.put(kube.ADMISSION_CHECKS, b.admission_check("metronome"))
+    f.put(kube.CLUSTER_QUEUES, b.cluster_queue("cq", "metronome"))
+    f.put(kube.RESOURCE_FLAVORS, {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor",
+                                  "metadata": {"name": "h100"},
+                                  "spec": {"nodeLabels": {"gpu": "h100"}, "tolerations": flavor_tolerations}})
+    wl = b.workload("ml", "wl", 2)
+    wl["status"] = b.quota_reserved_status("cq", 2, flavor="h100")
+    f.put(kube.WORKLOADS, wl)
+    ctl = Controller(f, f.stores(), Settings(), identity="t", clock=lambda: 1.7e9)
+    for _ in range(5):
+        ctl.cycle()
+    return f
+
+
+def test_a_workload_is_placed_on_the_nodes_of_its_assigned_resource_flavor() -> None:
+    """Decided before it has pods: the template plus what Kueue will add from the flavor (nodeLabels as
+    node selector, tolerations)."""
+    f = flavored_cluster([{"key": "reserved", "operator": "Equal", "value": "h100", "effect": "NoSchedule"}])
+    assert sorted(f.obj(kube.CLAIMS, "ml", "workload-wl")["status"]["nodes"]) == ["n2", "n3"]
+
+    # Without the flavor's toleration n3 is out, and two 8-GPU members no longer fit.
+    g = flavored_cluster([])
+    entry = next(e for e in g.obj(kube.WORKLOADS, "ml", "wl")["status"]["admissionChecks"] if e["name"] == "metronome")
+    assert entry["state"] == "Retry" and "admit 1 of 4 nodes" in entry["message"], entry

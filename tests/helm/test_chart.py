@@ -438,6 +438,7 @@ def test_controller_rbac_is_exactly_what_it_needs() -> None:
         ("kueue.x-k8s.io", "admissionchecks", read),
         ("kueue.x-k8s.io", "admissionchecks/status", ("patch", "update")),
         ("kueue.x-k8s.io", "clusterqueues", read),
+        ("kueue.x-k8s.io", "resourceflavors", read),
         ("batch", "jobs", read),
         *{(api.GROUP, plural, own) for plural in (api.CLAIMS, api.CAPACITIES, api.QUEUE_POLICIES)},
         *{(api.GROUP, f"{plural}/status", ("get", "patch", "update"))

@@ -267,6 +267,29 @@ def test_kueue_workload_is_held_by_our_admission_check_and_released(
         api.PERIOD_MS: objects.number_text(claim["status"]["periodMs"])}
 
 
+def test_a_kueue_workload_is_placed_on_its_resource_flavors_nodes(
+        cluster: Cluster, tmp_path: pathlib.Path, controllers: list[ControllerProcess]) -> None:
+    """The flavor Kueue assigned (a real ResourceFlavor, read by the controller's informer) restricts the
+    nodes: its nodeLabels select two of four nodes."""
+    nodes = cluster.nodes(4)
+    flavor = f"h100-{cluster.tag}"
+    for n in nodes[2:]:
+        cluster.k.patch(kube.NODES, None, n, {"metadata": {"labels": {"gpu-type": flavor}}})
+    cluster.k.create(kube.RESOURCE_FLAVORS, {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor",
+                                             "metadata": {"name": flavor}, "spec": {"nodeLabels": {"gpu-type": flavor}}})
+    ns = cluster.namespace()
+    check, cq = f"metronome-{cluster.tag}", f"cq-{cluster.tag}"
+    cluster.k.create(kube.ADMISSION_CHECKS, b.admission_check(check))
+    cluster.k.create(kube.CLUSTER_QUEUES, b.cluster_queue(cq, check))
+    cluster.k.create(kube.WORKLOADS, b.workload(ns, "wl", 2), ns)
+    cluster.k.patch(kube.WORKLOADS, ns, "wl", {"status": b.quota_reserved_status(cq, 2, flavor=flavor)},
+                    subresource="status")
+    ctl = start(cluster, tmp_path, controllers, ns)
+    claim = wait_until(lambda: cluster.claims(ns).get("workload-wl") if objects.condition_true(
+        cluster.claims(ns).get("workload-wl") or {}, "Placed") else None, 30, lambda: f"a placement\n{ctl.logs()}")
+    assert sorted(claim["status"]["nodes"]) == sorted(nodes[2:])
+
+
 # ----------------------------------------------------------------------------- lock on demand
 # Three nodes of 8 GPUs, gangs of 3 members of 4 GPUs: a gang takes two nodes (2 + 1 members) and
 # loads their NICs; a second gang can only take the 12 GPUs left, on the node the first half fills

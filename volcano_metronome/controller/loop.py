@@ -54,6 +54,7 @@ SOURCES: tuple[Source, ...] = (
     Source("workloads", kube.WORKLOADS),
     Source("admissionchecks", kube.ADMISSION_CHECKS),
     Source("clusterqueues", kube.CLUSTER_QUEUES),
+    Source("resourceflavors", kube.RESOURCE_FLAVORS),
     Source(api.CLAIMS, kube.CLAIMS),
     Source(api.CAPACITIES, kube.CAPACITIES),
     Source("hypernodes", kube.HYPERNODES),
@@ -98,6 +99,7 @@ class Controller:
         return Inputs(nodes=v.items("nodes"), pods=v.items("pods"), bound_pods=v.items(BOUND_PODS),
                       podgroups=v.items("podgroups"), workloads=v.items("workloads"),
                       admission_checks=v.items("admissionchecks"), cluster_queues=v.items("clusterqueues"),
+                      resource_flavors=v.items("resourceflavors"),
                       claims=v.items(api.CLAIMS), capacities=v.items(api.CAPACITIES),
                       hypernodes=v.items("hypernodes"), queue_policies=v.items(api.QUEUE_POLICIES))
 

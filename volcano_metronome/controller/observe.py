@@ -170,6 +170,7 @@ class Inputs:
     workloads: Sequence[JSON] = ()
     admission_checks: Sequence[JSON] = ()
     cluster_queues: Sequence[JSON] = ()
+    resource_flavors: Sequence[JSON] = ()
     claims: Sequence[JSON] = ()
     capacities: Sequence[JSON] = ()
     hypernodes: Sequence[JSON] = ()
@@ -275,14 +276,15 @@ def observe(inputs: Inputs, settings: Settings) -> World:
 
     gangs: list[GangView] = []
     memo: dict[str, frozenset[str] | None] = {}
+    flavors = {objects.name(f): f.get("spec") or {} for f in inputs.resource_flavors}
     for key in sorted(keys):
         found: JSON | None = podgroups.get((key.namespace, key.name)) if key.kind == PODGROUP else (
             workloads.get((key.namespace, key.name)) if key.kind == WORKLOAD else None)
         gang = gang_view(key, found, tuple(sorted(pods_by_gang.get(key, ()), key=lambda p: p.name)), claims, by_ref,
                          pols, our_checks, cq_checks, settings)
         if gang.pending:  # only a decision needs it; placed gangs keep the nodes they have
-            gang = replace(gang, nodes=eligibility.eligible_nodes(inputs.nodes, member_specs(key, found, gang.pods),
-                                                                  memo))
+            gang = replace(gang, nodes=eligibility.eligible_nodes(
+                inputs.nodes, member_specs(key, found, gang.pods, flavors), memo))
         gangs.append(gang)
 
     claimed = {g.claim.key for g in gangs if g.claim is not None and not g.finished}
@@ -295,13 +297,29 @@ def observe(inputs: Inputs, settings: Settings) -> World:
                  tuple(inputs.admission_checks), tuple(warnings))
 
 
-def member_specs(key: GangKey, obj: Mapping[str, Any] | None, pods: Sequence[PodView]) -> list[Mapping[str, Any]]:
-    """The pod specs whose node constraints a gang's members carry: its pods', else its podSets' templates."""
+def member_specs(key: GangKey, obj: Mapping[str, Any] | None, pods: Sequence[PodView],
+                 flavors: Mapping[str, Mapping[str, Any]] = {}) -> list[Mapping[str, Any]]:
+    """The pod specs whose node constraints a gang's members carry: its pods', else its podSets' templates.
+
+    A Workload's pods will also carry what Kueue adds from the ResourceFlavors it was assigned
+    (``nodeLabels`` as node selector, ``tolerations``); a template gets them here. A flavor not seen
+    (yet) adds nothing.
+    """
     if pods:
         return [p.obj.get("spec") or {} for p in pods]
-    if key.kind == WORKLOAD and obj is not None:
-        return [(ps.get("template") or {}).get("spec") or {} for ps in (obj.get("spec") or {}).get("podSets") or []]
-    return []
+    if key.kind != WORKLOAD or obj is None:
+        return []
+    assigned = {a.get("name"): a for a in (((obj.get("status") or {}).get("admission") or {})
+                                            .get("podSetAssignments") or [])}
+    specs: list[Mapping[str, Any]] = []
+    for ps in (obj.get("spec") or {}).get("podSets") or []:
+        spec = dict((ps.get("template") or {}).get("spec") or {})
+        for name in sorted(set(((assigned.get(ps.get("name")) or {}).get("flavors") or {}).values())):
+            flavor = flavors.get(name) or {}
+            spec["nodeSelector"] = {**(spec.get("nodeSelector") or {}), **(flavor.get("nodeLabels") or {})}
+            spec["tolerations"] = [*(spec.get("tolerations") or []), *(flavor.get("tolerations") or [])]
+        specs.append(spec)
+    return specs
 
 
 def gang_key_of_pod(pod: Mapping[str, Any], owned_by_job: Mapping[tuple[str, str], str]) -> GangKey | None:
