@@ -11,9 +11,9 @@ rule out would leave the pod pending forever. So the nodes a decision may use ar
 - taints with effect ``NoSchedule`` or ``NoExecute``: each tolerated (``PreferNoSchedule`` is a
   preference, not a rule).
 
-For a Kueue Workload, decided before it has pods, the spec is its podSets' templates (a node must
-admit every podSet). Kueue's ResourceFlavor ``nodeLabels`` are added to the pods by Kueue itself;
-they are not read here.
+For a Kueue Workload, decided before it has pods, the specs are its podSets' templates with what
+Kueue will add from the assigned ResourceFlavors (``observe.member_specs``); a node must admit
+every spec.
 """
 
 from __future__ import annotations
