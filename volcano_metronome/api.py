@@ -49,6 +49,8 @@ ADMISSION_CHECK_CONTROLLER = PREFIX + "placement"  # Kueue AdmissionCheck spec.c
 # to the annotations by the kubelet, so running processes see locks and moves (env vars are fixed at start).
 SLOT_VOLUME = "metronome-slot"
 SLOT_DIR = "/etc/metronome"
+# (file, annotation): one file per timing annotation, named like it without the prefix.
+SLOT_FILES = tuple((annotation[len(PREFIX):], annotation) for annotation in (PERIOD_MS, OFFSET_MS, EPOCH))
 
 # Environment variables the webhook adds to every container of a gated pod (downward API).
 ENV_PERIOD_MS = "METRONOME_PERIOD_MS"

@@ -159,7 +159,6 @@ HYPERNODES = Resource("topology.volcano.sh", "v1alpha1", "hypernodes", False, "H
 WORKLOADS = Resource("kueue.x-k8s.io", "v1beta2", "workloads", True, "Workload")
 ADMISSION_CHECKS = Resource("kueue.x-k8s.io", "v1beta2", "admissionchecks", False, "AdmissionCheck")
 CLUSTER_QUEUES = Resource("kueue.x-k8s.io", "v1beta2", "clusterqueues", False, "ClusterQueue")
-RESOURCE_FLAVORS = Resource("kueue.x-k8s.io", "v1beta2", "resourceflavors", False, "ResourceFlavor")
 LOCAL_QUEUES = Resource("kueue.x-k8s.io", "v1beta2", "localqueues", True, "LocalQueue")
 RESOURCE_FLAVORS = Resource("kueue.x-k8s.io", "v1beta2", "resourceflavors", False, "ResourceFlavor")
 CLAIMS = Resource(api.GROUP, api.VERSION, api.CLAIMS, True, "STBandwidthClaim")

@@ -3,8 +3,8 @@
 The controller publishes, on every pod of a placed gang, the snapped period and, once the gang is
 *locked* (its bursts could collide with another gang's on a shared link), the gang's offset and a
 cluster-wide epoch (annotations ``metronome.dev/period-ms``, ``offset-ms``, ``epoch``). A gang that
-is not locked (alone on its links, say) gets no offset, and the helper lets it run free (no padding). The webhook
-exposes the annotations in two ways:
+is not locked (alone on its links, say) gets no offset, and the helper lets it run free (no
+padding). The webhook exposes the annotations in two ways:
 
 * the environment variables ``METRONOME_PERIOD_MS``, ``METRONOME_OFFSET_MS`` and ``METRONOME_EPOCH``
   (downward API): their values when the container started, never updated;
@@ -56,8 +56,7 @@ from volcano_metronome import api
 from volcano_metronome.core.errors import InvalidInput
 
 DEFAULT_DIR = api.SLOT_DIR  # where the webhook mounts the timing files
-# The files, named like the annotations they mirror without the prefix: period-ms, offset-ms, epoch.
-SLOT_FILES = tuple(annotation[len(api.PREFIX):] for annotation in (api.PERIOD_MS, api.OFFSET_MS, api.EPOCH))
+SLOT_FILES = tuple(name for name, _ in api.SLOT_FILES)  # period-ms, offset-ms, epoch
 _KUBELET_DATA = "..data"  # the symlink the kubelet swaps to publish a new set of files
 
 
@@ -152,8 +151,8 @@ class SlotFiles:
                     return None  # swapped again while reading: the next call reads the newer set
                 texts.append("")
         self._seen = version
-        labels = (str(self.path / SLOT_FILES[0]), str(self.path / SLOT_FILES[1]), str(self.path / SLOT_FILES[2]))
-        return parse_timing(dict(zip(labels, texts)), labels)
+        period, offset, epoch = (str(self.path / name) for name in SLOT_FILES)
+        return parse_timing(dict(zip((period, offset, epoch), texts)), (period, offset, epoch))
 
 
 @dataclass

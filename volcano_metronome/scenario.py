@@ -133,11 +133,12 @@ def parse_policy(data: Any, grid: SlotGrid) -> Policy:
         raise InvalidInput("policy.ordering", ordering, f"one of {', '.join(o.value for o in Ordering)}")
     return Policy(
         ordering=Ordering(ordering),
-        aging_per_minute=fields.number(data.get("aging_per_minute", defaults.aging_per_minute), "policy.aging_per_minute"),
+        aging_per_minute=fields.number(data.get("aging_per_minute", defaults.aging_per_minute),
+                                       "policy.aging_per_minute"),
         priority_weight=fields.number(data.get("priority_weight", defaults.priority_weight), "policy.priority_weight"),
         cushion_slots=fields.integer(data.get("cushion_slots", defaults.cushion_slots), "policy.cushion_slots", 0),
         overflow_tolerance=fields.number(data.get("overflow_tolerance", defaults.overflow_tolerance),
-                                  "policy.overflow_tolerance"),
+                                         "policy.overflow_tolerance"),
         max_candidates=fields.integer(data.get("max_candidates", defaults.max_candidates), "policy.max_candidates", 1),
         lock_on_demand=fields.boolean(data.get("lock_on_demand", defaults.lock_on_demand), "policy.lock_on_demand"),
         grid=grid,

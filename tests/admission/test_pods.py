@@ -11,8 +11,8 @@ from tests.admission.builders import ops_of, patched, review, schema_errors
 from volcano_metronome import api
 from volcano_metronome.admission import Context, Lookups, admit, parse_settings
 from volcano_metronome.admission.annotations import profile_json
-from volcano_metronome.admission.pods import (SLOT_DIR, SLOT_FILES, SLOT_VOLUME, GangRef, env_vars, gang_of,
-                                              slot_mount, slot_volume)
+from volcano_metronome.admission.pods import GangRef, env_vars, gang_of, slot_mount, slot_volume
+from volcano_metronome.api import SLOT_DIR, SLOT_FILES, SLOT_VOLUME
 from volcano_metronome.catalog import builtin
 
 RESNET = builtin().get("resnet50").profile(100.0)

@@ -144,6 +144,10 @@ class Cluster:
                     raise
                 time.sleep(0.2)
 
+    def delete_pod(self, namespace: str, name: str) -> None:
+        """Delete at once: no kubelet confirms a graceful deletion here (as one would, in the end)."""
+        self.k.request("DELETE", kube.PODS.path(namespace, name), body={"gracePeriodSeconds": 0})
+
     def pods(self, namespace: str) -> list[JSON]:
         return list(self.k.list(kube.PODS, namespace)["items"])
 

@@ -48,6 +48,13 @@ class FakeApi:
         self.frozen_views: dict[str, list[JSON]] | None = None
 
     # -- helpers for tests
+    def controller(self, now: float, settings: Any = None, **kw: Any) -> Any:
+        """A Controller reading this fake's stores and writing to it, at the fixed wall clock ``now``."""
+        from volcano_metronome.controller.loop import Controller
+        from volcano_metronome.controller.settings import Settings
+
+        return Controller(self, self.stores(), settings or Settings(), identity="t", clock=lambda: now, **kw)
+
     def put(self, resource: Resource, obj: JSON) -> JSON:
         """Store an object as is (status included), like a fixture created by another component."""
         obj = copy.deepcopy(obj)

@@ -9,7 +9,6 @@ from tests.controller import builders as b
 from tests.controller.fake import FakeApi
 from volcano_metronome import api, kube
 from volcano_metronome.controller import objects
-from volcano_metronome.controller.loop import Controller
 from volcano_metronome.controller.reconcile import AS_DECIDED, DRIFTED, OUTSIDE_NODE_SET
 from volcano_metronome.controller.settings import Settings
 
@@ -29,9 +28,11 @@ def fake() -> FakeApi:
     return f
 
 
+SETTINGS = Settings(write_concurrency=4)
+
+
 def cycle(f: FakeApi, at: float = NOW) -> int:
-    plan, _ = Controller(f, f.stores(), Settings(write_concurrency=4), identity="t", clock=lambda: at,
-                         monotonic=lambda: 0.0).cycle()
+    plan, _ = f.controller(at, SETTINGS, monotonic=lambda: 0.0).cycle()
     return plan.writes
 
 
@@ -72,8 +73,7 @@ def test_a_pod_bound_outside_the_node_set_is_reported_once_then_cleared(fake: Fa
     assert warnings(fake) == [cond["message"]]
     assert [e["type"] for e in fake.events if e["reason"] == DRIFTED] == ["Warning"]
     assert cycle(fake, NOW + 10) == 0  # reported once, not every cycle
-    ctl = Controller(fake, fake.stores(), Settings(write_concurrency=4), identity="t", clock=lambda: NOW + 12,
-                     monotonic=lambda: 0.0)
+    ctl = fake.controller(NOW + 12, SETTINGS, monotonic=lambda: 0.0)
     plan, _ = ctl.cycle()
     assert plan.drifted == 1 and ctl.metrics.registry.get_sample_value("metronome_controller_drifted_gangs") == 1
     assert objects.condition_true(claim(fake), "Placed")  # the decision itself stands

@@ -12,7 +12,6 @@ from tests.controller.fake import FakeApi
 from volcano_metronome import api, kube
 from volcano_metronome.controller import objects
 from volcano_metronome.controller.eligibility import admits, eligible_nodes
-from volcano_metronome.controller.loop import Controller
 from volcano_metronome.controller.settings import Settings
 
 NODE = b.node("n1", labels={"gpu": "a100", "gen": "4", "zone": "z1"})
@@ -95,8 +94,7 @@ def test_the_controller_places_a_gang_only_on_nodes_its_pods_admit() -> None:
     for p in b.gang_pods("ns", "c", 1):
         p["spec"]["nodeSelector"] = {"gpu": "h100"}  # no h100 left once a holds both
         f.put(kube.PODS, p)
-    ctl = Controller(f, f.stores(), Settings(write_concurrency=2), identity="t", clock=lambda: 1.7e9,
-                     monotonic=lambda: 0.0)
+    ctl = f.controller(1.7e9, Settings(write_concurrency=2), monotonic=lambda: 0.0)
     for _ in range(5):
         plan, _ = ctl.cycle()
     assert sorted(f.obj(kube.CLAIMS, "ns", "podgroup-a")["status"]["nodes"]) == ["n2", "n3"]
@@ -122,7 +120,7 @@ def flavored_cluster(flavor_tolerations: list[dict[str, Any]]) -> FakeApi:
     wl = b.workload("ml", "wl", 2)
     wl["status"] = b.quota_reserved_status("cq", 2, flavor="h100")
     f.put(kube.WORKLOADS, wl)
-    ctl = Controller(f, f.stores(), Settings(), identity="t", clock=lambda: 1.7e9)
+    ctl = f.controller(1.7e9)
     for _ in range(5):
         ctl.cycle()
     return f

@@ -38,7 +38,7 @@ def test_workload_is_held_until_quota_then_released_ready_with_pod_set_updates()
     f = kueue_cluster()
     wl = b.workload(NS, "job-a", 2, priority=5)
     f.put(kube.WORKLOADS, wl)
-    ctl = Controller(f, f.stores(), Settings(), identity="t", clock=lambda: NOW)
+    ctl = f.controller(NOW)
     run(ctl)
     assert "admissionChecks" not in (f.obj(kube.WORKLOADS, NS, "job-a").get("status") or {})
     assert objects.condition_true(f.obj(kube.ADMISSION_CHECKS, None, "metronome"), "Active")
@@ -64,7 +64,7 @@ def test_pods_of_an_admitted_job_follow_the_workload_claim() -> None:
     wl["metadata"]["ownerReferences"] = [{"apiVersion": "batch/v1", "kind": "Job", "name": "job-b", "uid": "u1"}]
     wl["status"] = b.quota_reserved_status("cq", 2)
     f.put(kube.WORKLOADS, wl)
-    ctl = Controller(f, f.stores(), Settings(), identity="t", clock=lambda: NOW)
+    ctl = f.controller(NOW)
     run(ctl)
     claim = f.obj(kube.CLAIMS, NS, "workload-job-b-1234")
     # Kueue admits, the Job's pods are created (gated by the webhook, gang-kind Job).
@@ -87,7 +87,7 @@ def test_workload_that_does_not_fit_gets_retry_and_one_that_never_fits_rejected(
     blocker["spec"]["nodeName"] = "n0"
     blocker["status"] = {"phase": "Running"}
     f.put(kube.PODS, blocker)
-    ctl = Controller(f, f.stores(), Settings(), identity="t", clock=lambda: NOW)
+    ctl = f.controller(NOW)
     run(ctl)
     assert our_entry(f, "big")["state"] == "Retry"  # both nodes, one busy: not now
     assert our_entry(f, "huge")["state"] == "Rejected"  # more than the whole cluster: never
@@ -121,7 +121,7 @@ def test_reoptimisation_moves_colliding_gangs_with_a_future_epoch() -> None:
             p["status"] = {"phase": "Running"}
             f.put(kube.PODS, p)
     mono = [0.0]
-    ctl = Controller(f, f.stores(), Settings(), identity="t", clock=lambda: NOW, monotonic=lambda: mono[0])
+    ctl = f.controller(NOW, monotonic=lambda: mono[0])
     plan, _ = ctl.cycle()
     assert not plan.moves  # the first interval has not passed yet
     mono[0] = 61.0

@@ -14,6 +14,7 @@ import itertools
 import pytest
 
 from tests.controller import builders as b
+from tests.controller.cluster import timing
 from tests.controller.fake import FakeApi
 from volcano_metronome import api, kube
 from volcano_metronome.controller import objects
@@ -29,7 +30,6 @@ NS = "lock"
 NOW = 1_700_000_000.0
 SETTINGS = Settings(write_concurrency=4)
 PERIOD, WINDOW = 200.0, 24.0
-TIMING = (api.PERIOD_MS, api.OFFSET_MS, api.EPOCH)
 
 
 @pytest.fixture
@@ -42,7 +42,7 @@ def fake() -> FakeApi:
 
 def controller(f: FakeApi, now: float = NOW, mono: list[float] | None = None) -> Controller:
     clock = mono if mono is not None else [0.0]
-    return Controller(f, f.stores(), SETTINGS, identity="t", clock=lambda: now, monotonic=lambda: clock[0])
+    return f.controller(now, SETTINGS, monotonic=lambda: clock[0])
 
 
 def converge(ctl: Controller, limit: int = 10) -> None:
@@ -72,11 +72,6 @@ def claim(f: FakeApi, gang: str) -> dict:
 
 def pods(f: FakeApi, gang: str) -> list[dict]:
     return [p for p in f.all(kube.PODS) if objects.annotations_of(p).get(api.GANG_NAME) == gang]
-
-
-def timing(pod: dict) -> dict[str, str]:
-    ann = objects.annotations_of(pod)
-    return {k: ann[k] for k in TIMING if k in ann}
 
 
 def assert_pods_follow(f: FakeApi, gang: str) -> None:

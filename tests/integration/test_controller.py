@@ -285,8 +285,11 @@ def test_a_kueue_workload_is_placed_on_its_resource_flavors_nodes(
     cluster.k.patch(kube.WORKLOADS, ns, "wl", {"status": b.quota_reserved_status(cq, 2, flavor=flavor)},
                     subresource="status")
     ctl = start(cluster, tmp_path, controllers, ns)
-    claim = wait_until(lambda: cluster.claims(ns).get("workload-wl") if objects.condition_true(
-        cluster.claims(ns).get("workload-wl") or {}, "Placed") else None, 30, lambda: f"a placement\n{ctl.logs()}")
+    def placed() -> dict | None:
+        claim = cluster.claims(ns).get("workload-wl")
+        return claim if claim is not None and objects.condition_true(claim, "Placed") else None
+
+    claim = wait_until(placed, 30, lambda: f"a placement\n{ctl.logs()}")
     assert sorted(claim["status"]["nodes"]) == sorted(nodes[2:])
 
 
@@ -341,7 +344,7 @@ def assert_interleaved(a: dict, c: dict) -> None:
 
 def delete_gang(cluster: Cluster, ns: str, gang: str) -> None:
     for p in gang_pods(cluster, ns, gang):
-        cluster.k.request("DELETE", kube.PODS.path(ns, objects.name(p)), body={"gracePeriodSeconds": 0})
+        cluster.delete_pod(ns, objects.name(p))
     cluster.k.delete(kube.PODGROUPS, ns, gang)
 
 
@@ -437,9 +440,7 @@ def test_a_pod_bound_outside_its_node_set_marks_the_claim_drifted(cluster: Clust
                           30, lambda: f"a Drifted Event\n{ctl.logs()}")
     assert [e["type"] for e in warnings] == ["Warning"] and pod in warnings[0]["note"]
 
-    # No kubelet confirms a graceful deletion here: delete at once, as a kubelet would end up doing.
-    cluster.k.request("DELETE", kube.PODS.path(ns, pod), body={"kind": "DeleteOptions", "apiVersion": "v1",
-                                                                "gracePeriodSeconds": 0})
+    cluster.delete_pod(ns, pod)
     wait_until(lambda: (objects.condition(cluster.claims(ns)["podgroup-a"], "Drifted") or {}).get("status") == "False",
                30, lambda: f"the Drifted condition cleared\n{ctl.logs()}")
 

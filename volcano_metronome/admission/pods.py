@@ -46,11 +46,6 @@ from volcano_metronome.core.errors import InvalidInput
 
 
 ENV_SOURCES = ((api.ENV_PERIOD_MS, api.PERIOD_MS), (api.ENV_OFFSET_MS, api.OFFSET_MS), (api.ENV_EPOCH, api.EPOCH))
-SLOT_VOLUME = api.SLOT_VOLUME
-SLOT_DIR = api.SLOT_DIR
-# One file per timing annotation, named like the annotation without the prefix: period-ms, offset-ms, epoch.
-SLOT_FILES = tuple((annotation[len(api.PREFIX):], annotation) for annotation in (api.PERIOD_MS, api.OFFSET_MS,
-                                                                                  api.EPOCH))
 
 
 @dataclass(frozen=True)
@@ -87,23 +82,23 @@ def env_vars() -> list[dict[str, Any]]:
 
 def slot_volume() -> dict[str, Any]:
     """The downwardAPI volume of the timing files (``defaultMode``, ``apiVersion`` as the API server defaults them)."""
-    return {"name": SLOT_VOLUME, "downwardAPI": {"defaultMode": 0o644, "items": [
+    return {"name": api.SLOT_VOLUME, "downwardAPI": {"defaultMode": 0o644, "items": [
         {"path": path, "fieldRef": {"apiVersion": "v1", "fieldPath": f"metadata.annotations['{annotation}']"}}
-        for path, annotation in SLOT_FILES]}}
+        for path, annotation in api.SLOT_FILES]}}
 
 
 def slot_mount() -> dict[str, Any]:
     """The read-only mount of :func:`slot_volume` every container gets."""
-    return {"name": SLOT_VOLUME, "mountPath": SLOT_DIR, "readOnly": True}
+    return {"name": api.SLOT_VOLUME, "mountPath": api.SLOT_DIR, "readOnly": True}
 
 
 def slot_ops(pod: Mapping[str, Any]) -> tuple[list[Op], list[str]]:
     """Ops adding the timing volume and its mounts where they collide with nothing, and warnings where they would."""
     volumes = list_at(pod, ("spec", "volumes")) or []
-    theirs = next((v for v in volumes if isinstance(v, dict) and v.get("name") == SLOT_VOLUME), None)
+    theirs = next((v for v in volumes if isinstance(v, dict) and v.get("name") == api.SLOT_VOLUME), None)
     if theirs is not None and theirs != slot_volume():
-        return [], [f"spec.volumes already has a volume named {SLOT_VOLUME}: the live timing files are not mounted "
-                    f"at {SLOT_DIR} (the METRONOME_* env vars still carry the values at container start)"]
+        return [], [f"spec.volumes already has a volume named {api.SLOT_VOLUME}: the live timing files are not "
+                    f"mounted at {api.SLOT_DIR} (the METRONOME_* env vars still carry the values at container start)"]
     ops: list[Op] = []
     warnings: list[str] = []
     mounted = False
@@ -111,19 +106,19 @@ def slot_ops(pod: Mapping[str, Any]) -> tuple[list[Op], list[str]]:
         for i, container in enumerate(list_at(pod, ("spec", key)) or ()):
             path = ("spec", key, i, "volumeMounts")
             clash = next((m for m in list_at(pod, path) or () if isinstance(m, dict) and m != slot_mount() and (
-                m.get("name") == SLOT_VOLUME or _same_dir(m.get("mountPath"), SLOT_DIR))), None)
+                m.get("name") == api.SLOT_VOLUME or _same_dir(m.get("mountPath"), api.SLOT_DIR))), None)
             if clash is not None:
                 warnings.append(f"spec.{key}[{i}] ({container.get('name')}) already mounts {clash.get('name')!r} at "
-                                f"{clash.get('mountPath')!r}: the live timing files are not mounted at {SLOT_DIR} "
+                                f"{clash.get('mountPath')!r}: the live timing files are not mounted at {api.SLOT_DIR} "
                                 f"in it (its METRONOME_* env vars still carry the values at container start)")
                 continue
             mounted = True
             ops += ensure_in_list(pod, path, slot_mount(),
-                                  lambda mount: isinstance(mount, dict) and mount.get("name") == SLOT_VOLUME)
+                                  lambda mount: isinstance(mount, dict) and mount.get("name") == api.SLOT_VOLUME)
     if not mounted:
         return [], warnings  # no container would see the volume
     volume_ops = ensure_in_list(pod, ("spec", "volumes"), slot_volume(),
-                                lambda volume: isinstance(volume, dict) and volume.get("name") == SLOT_VOLUME)
+                                lambda volume: isinstance(volume, dict) and volume.get("name") == api.SLOT_VOLUME)
     return volume_ops + ops, warnings
 
 

@@ -1,8 +1,9 @@
 """The controller's shell: informers feed cycles, cycles write plans, leader election gates the writes.
 
 One cycle = read every store (merged with our own recent writes), observe, decide (the core),
-maybe re-optimise (moves, and unlocking gangs left with no contended link), plan, write. Cycles run when an informer reports a change (after a short
-debounce that batches bursts of events), after a failed write (with backoff), and every
+maybe re-optimise (moves, and unlocking gangs left with no contended link), plan, write. Cycles
+run when an informer reports a change (after a short debounce that batches bursts of events),
+after a failed write (with backoff), and every
 ``resyncSeconds`` regardless. Re-optimisation runs per QueuePolicy every ``intervalSeconds`` when
 enabled, and for every such policy when the network changes.
 """

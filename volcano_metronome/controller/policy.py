@@ -8,6 +8,7 @@ from typing import Any, Mapping, Sequence
 
 from volcano_metronome.catalog import Catalog, builtin
 from volcano_metronome.controller import objects
+from volcano_metronome.core import fields
 from volcano_metronome.core.errors import InvalidInput
 from volcano_metronome.core.grid import SlotGrid
 from volcano_metronome.core.model import Ordering, Policy
@@ -72,7 +73,8 @@ def _parse(obj: Mapping[str, Any], name: str, generation: int, grid: SlotGrid, n
         cushion_slots=_int(spec, "cushionSlots", defaults.cushion_slots, where),
         overflow_tolerance=_num(spec, "overflowTolerance", defaults.overflow_tolerance, where),
         max_candidates=_int(spec, "maxCandidates", defaults.max_candidates, where),
-        lock_on_demand=_bool(spec, "lockOnDemand", defaults.lock_on_demand, where),
+        lock_on_demand=fields.boolean(spec.get("lockOnDemand", defaults.lock_on_demand),
+                                      f"{where}.lockOnDemand"),
         grid=grid,
     )
     reopt_raw = spec.get("reoptimization") or {}
@@ -147,13 +149,6 @@ def _num(spec: Mapping[str, Any], key: str, default: float, where: str) -> float
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise InvalidInput(f"{where}.{key}", value, "a number")
     return float(value)
-
-
-def _bool(spec: Mapping[str, Any], key: str, default: bool, where: str) -> bool:
-    value = spec.get(key, default)
-    if not isinstance(value, bool):
-        raise InvalidInput(f"{where}.{key}", value, "true or false")
-    return value
 
 
 def _int(spec: Mapping[str, Any], key: str, default: int, where: str) -> int:

@@ -69,6 +69,17 @@ class NoFit:
     reason: str
 
 
+def _free_for(snapshot: Snapshot, gang: Gang) -> tuple[np.ndarray, int | None]:
+    """Free GPUs per node as ``gang`` may use them (none outside ``gang.nodes``), and how many nodes it may use."""
+    if gang.nodes is None:
+        return snapshot.free_gpus, None
+    index = snapshot.topology.node_index
+    allowed = [index[n] for n in gang.nodes if n in index]
+    free = np.zeros_like(snapshot.free_gpus)
+    free[allowed] = snapshot.free_gpus[allowed]
+    return free, len(allowed)
+
+
 @dataclass(frozen=True)
 class _Scored:
     candidate: Candidate
@@ -89,16 +100,12 @@ def decide(snapshot: Snapshot, gang: Gang, policy: Policy, earliest: int = 0) ->
     ``earliest`` (slots) breaks the last tie: the offset reached first counting from it wins.
     """
     pattern = lay_out(gang.profile, snapshot.grid)
-    free = snapshot.free_gpus
-    if gang.nodes is not None:
-        allowed = np.zeros(len(free), dtype=bool)
-        allowed[[i for n, i in snapshot.topology.node_index.items() if n in gang.nodes]] = True
-        free = np.where(allowed, free, 0)
+    free, admitted = _free_for(snapshot, gang)
     found = candidates(snapshot.topology, free, snapshot.link_mean, gang, policy.max_candidates)
     if not found.primary:
         reason = found.reason
-        if gang.nodes is not None:
-            reason += (f" (its pods' node selector, affinity and tolerations admit {int(allowed.sum())} of "
+        if admitted is not None:
+            reason += (f" (its pods' node selector, affinity and tolerations admit {admitted} of "
                        f"{len(free)} nodes)")
         return NoFit(gang.uid, reason)
     scored = [s for c in found.primary if (s := _score(snapshot, gang, pattern, c, policy, earliest)) is not None]
