@@ -1,7 +1,7 @@
 """Reviews, upstream manifests and schema checks shared by the admission and webhook tests.
 
-Upstream CRDs and examples are read from ``<repo>/../shared/upstream`` (override with
-``METRONOME_UPSTREAM_DIR``); they are never copied into the repository.
+Upstream CRDs and examples are read from ``shared/upstream`` as ``devtools.sources.upstream_dir``
+finds it (``METRONOME_UPSTREAM_DIR`` overrides); they are never copied into the repository.
 """
 
 from __future__ import annotations
@@ -10,7 +10,6 @@ import base64
 import copy
 import functools
 import json
-import os
 import pathlib
 import uuid
 from typing import Any, Iterator
@@ -20,9 +19,14 @@ import jsonschema
 import yaml
 
 from volcano_metronome import api
+from volcano_metronome.devtools import sources
 
-REPO = pathlib.Path(__file__).resolve().parents[2]
-UPSTREAM = pathlib.Path(os.environ.get("METRONOME_UPSTREAM_DIR", REPO.parent / "shared" / "upstream"))
+
+@functools.cache
+def upstream() -> pathlib.Path:
+    """``shared/upstream`` (an error naming where it was looked for when it is missing)."""
+    return sources.upstream_dir()
+
 
 # (group, version, kind) the webhook handles -> the upstream CRD file that defines it (None: built-in kind).
 HANDLED = {
@@ -109,7 +113,7 @@ def with_annotations(obj: dict[str, Any], annotations: dict[str, str], path: tup
 
 def upstream_examples() -> Iterator[tuple[str, dict[str, Any]]]:
     """Every upstream example manifest of a kind the webhook handles, named ``file#index``."""
-    for path in sorted((UPSTREAM / "examples").glob("*/*.yaml")):
+    for path in sorted((upstream() / "examples").glob("*/*.yaml")):
         for index, doc in enumerate(d for d in yaml.safe_load_all(path.read_text()) if d):
             if gvk(doc) in HANDLED:
                 yield f"{path.parent.name}/{path.name}#{index}", doc
@@ -161,7 +165,7 @@ def pod_from_template(template: dict[str, Any], *, name: str, owner: dict[str, A
 def _crd_validator(path: str, version: str) -> jsonschema.Draft4Validator:
     # libyaml when present: the Workload CRD is 1.4 MB of YAML
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-    crd = yaml.load((UPSTREAM / path).read_text(), Loader=loader)  # noqa: S506 - a safe loader
+    crd = yaml.load((upstream() / path).read_text(), Loader=loader)  # noqa: S506 - a safe loader
     for entry in crd["spec"]["versions"]:
         if entry["name"] == version:
             return jsonschema.Draft4Validator(_strict(entry["schema"]["openAPIV3Schema"]), format_checker=_checker())

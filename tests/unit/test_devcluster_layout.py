@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pathlib
+import subprocess
 
 import pytest
 
@@ -88,3 +89,17 @@ def test_upstream_dir_of_this_checkout_exists() -> None:
     files = sources.upstream_crd_files(upstream)
     assert any(p.name == "batch.volcano.sh_jobs.yaml" for p in files)
     assert any(p.name == "kueue.x-k8s.io_clusterqueues.yaml" for p in files)
+
+
+def test_a_clone_made_elsewhere_finds_upstream_beside_the_checkout_it_was_cloned_from(tmp_path: pathlib.Path) -> None:
+    origin, clone = tmp_path / "work" / "main", tmp_path / "elsewhere" / "clone"
+    (tmp_path / "work" / "shared" / "upstream" / "crds").mkdir(parents=True)
+    origin.mkdir(parents=True)
+    clone.mkdir(parents=True)
+    subprocess.run(["git", "init", "-q", str(clone)], check=True)
+    subprocess.run(["git", "-C", str(clone), "remote", "add", "origin", str(origin)], check=True)
+    assert sources.upstream_dir({}, root=clone) == (tmp_path / "work" / "shared" / "upstream").resolve()
+    subprocess.run(["git", "-C", str(clone), "remote", "set-url", "origin", "https://example.invalid/repo.git"],
+                   check=True)
+    with pytest.raises(MetronomeError, match="METRONOME_UPSTREAM_DIR"):
+        sources.upstream_dir({}, root=clone)
