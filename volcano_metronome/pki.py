@@ -64,11 +64,13 @@ class KeyPair:
         write_pem(public_path, self.public_key_pem)
 
 
-def make_ca(common_name: str = "volcano-metronome-ca", *, days: int = DEFAULT_DAYS) -> CertKey:
-    """A self-signed certificate authority that may sign leaf certificates only (path length 0)."""
+def make_ca(common_name: str = "volcano-metronome-ca", *, days: int = DEFAULT_DAYS,
+            now: datetime.datetime | None = None) -> CertKey:
+    """A self-signed certificate authority that may sign leaf certificates only (path length 0), valid from
+    ``now`` (the current time unless given) less a clock-skew allowance."""
     key = ec.generate_private_key(ec.SECP256R1())
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
-    now = _now()
+    now = now or _now()
     builder = (
         x509.CertificateBuilder()
         .subject_name(name)
@@ -105,8 +107,10 @@ def make_serving_cert(
     ip_addresses: Sequence[str] = (),
     common_name: str | None = None,
     days: int = DEFAULT_DAYS,
+    now: datetime.datetime | None = None,
 ) -> CertKey:
-    """A TLS server certificate signed by ``ca`` for the given DNS names and IP addresses.
+    """A TLS server certificate signed by ``ca`` for the given DNS names and IP addresses (valid from ``now``
+    as for :func:`make_ca`).
 
     At least one name or address is required: clients check the subject alternative names, never
     the common name, so a certificate without them is useless.
@@ -126,6 +130,7 @@ def make_serving_cert(
         usage=ExtendedKeyUsageOID.SERVER_AUTH,
         sans=sans,
         days=days,
+        now=now,
     )
 
 
@@ -190,13 +195,14 @@ def _leaf(
     usage: x509.ObjectIdentifier,
     sans: list[x509.GeneralName],
     days: int,
+    now: datetime.datetime | None = None,
 ) -> CertKey:
     ca_cert = ca.certificate()
     ca_key = serialization.load_pem_private_key(ca.key_pem, password=None)
     if not isinstance(ca_key, (ec.EllipticCurvePrivateKey, rsa.RSAPrivateKey)):
         raise PkiError(f"unsupported CA key type {type(ca_key).__name__}")
     key = ec.generate_private_key(ec.SECP256R1())
-    now = _now()
+    now = now or _now()
     not_after = min(now + datetime.timedelta(days=_positive_days(days)), ca_cert.not_valid_after_utc)
     builder = (
         x509.CertificateBuilder()

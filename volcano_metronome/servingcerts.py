@@ -73,12 +73,12 @@ def ensure(existing: Existing, wanted: Wanted, now: datetime.datetime, *, new_ca
     ca = existing.ca if existing.ca is not None and not new_ca and ca_usable(existing.ca, now) else None
     ca_kept = ca is not None
     if ca is None:
-        ca = pki.make_ca(wanted.ca_name, days=max(wanted.days, CA_DAYS))
+        ca = pki.make_ca(wanted.ca_name, days=max(wanted.days, CA_DAYS), now=now)
     serving = existing.serving if ca_kept and keep_serving else None
     if serving is not None and serving_usable(serving, ca, wanted, now):
         return Material(ca, serving, ca_kept=True, serving_kept=True)
     serving = pki.make_serving_cert(ca, dns_names=wanted.dns_names, ip_addresses=wanted.ip_addresses,
-                                    days=wanted.days)
+                                    days=wanted.days, now=now)
     return Material(ca, serving, ca_kept=ca_kept, serving_kept=False)
 
 

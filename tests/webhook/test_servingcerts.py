@@ -21,10 +21,11 @@ def good() -> servingcerts.Material:
     return ensure(Existing(), WANTED, NOW)
 
 
-def _verifies(material: servingcerts.Material, name: str) -> None:
+def _verifies(material: servingcerts.Material, name: str, at: datetime.datetime = NOW) -> None:
+    """A TLS client at ``at`` (the ``now`` the material was made for) accepts the serving cert for ``name``."""
     store = Store([x509.load_pem_x509_certificate(material.ca.cert_pem)])
     leaf = x509.load_pem_x509_certificate(material.serving.cert_pem)
-    PolicyBuilder().store(store).build_server_verifier(x509.DNSName(name)).verify(leaf, [])
+    PolicyBuilder().store(store).time(at).build_server_verifier(x509.DNSName(name)).verify(leaf, [])
 
 
 def test_wanted_names_are_the_service_names_kube_apiserver_dials() -> None:
@@ -63,7 +64,7 @@ def test_a_serving_cert_that_no_longer_does_is_made_again_under_the_same_ca(good
     after = ensure(Existing(ca=good.ca, serving=serving), wanted, now)
     assert after.ca_kept and after.ca == good.ca
     assert not after.serving_kept and after.serving != good.serving
-    _verifies(after, "localhost" if change == "names" else "hook.ns")
+    _verifies(after, "localhost" if change == "names" else "hook.ns", now)
 
 
 def test_thirty_one_days_left_is_still_good(good: servingcerts.Material) -> None:
@@ -86,7 +87,7 @@ def test_the_ca_is_replaced_only_when_it_cannot_go_on(good: servingcerts.Materia
         new_ca = True
     after = ensure(Existing(ca=ca, serving=good.serving), WANTED, now, new_ca=new_ca)
     assert not after.ca_kept and not after.serving_kept and after.ca.cert_pem != good.ca.cert_pem
-    _verifies(after, "hook.ns.svc")
+    _verifies(after, "hook.ns.svc", now)
 
 
 def test_keep_serving_false_reissues_under_the_kept_ca(good: servingcerts.Material) -> None:
