@@ -6,7 +6,7 @@ import datetime
 import json
 import math
 import re
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping, Sequence
 
 from volcano_metronome import api
 from volcano_metronome.core.errors import InvalidInput
@@ -179,33 +179,44 @@ def gated_by_us(pod: Mapping[str, Any]) -> bool:
     return api.SCHEDULING_GATE in gates(pod)
 
 
-def pinned_node(pod: Mapping[str, Any]) -> str | None:
-    """The node our required node affinity pins the pod to (``metadata.name In [node]``), if any."""
-    terms = (((((pod.get("spec") or {}).get("affinity") or {}).get("nodeAffinity") or {})
-              .get("requiredDuringSchedulingIgnoredDuringExecution") or {}).get("nodeSelectorTerms") or [])
-    found: set[str] = set()
+def _affinity_terms(pod: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    return list((((((pod.get("spec") or {}).get("affinity") or {}).get("nodeAffinity") or {})
+                  .get("requiredDuringSchedulingIgnoredDuringExecution") or {}).get("nodeSelectorTerms") or []))
+
+
+def pinned_nodes(pod: Mapping[str, Any]) -> tuple[str, ...] | None:
+    """The node set our required node affinity confines the pod to (``metadata.name In [...]`` in every
+    term, the same in each), if any."""
+    terms = _affinity_terms(pod)
+    found: set[tuple[str, ...]] = set()
     for term in terms:
         hit = None
         for req in term.get("matchFields") or []:
             values = req.get("values") or []
-            if req.get("key") == NODE_NAME_FIELD and req.get("operator") == "In" and len(values) == 1:
-                hit = str(values[0])
+            if req.get("key") == NODE_NAME_FIELD and req.get("operator") == "In" and values:
+                hit = tuple(str(v) for v in values)
         if hit is None:
             return None  # a term we did not narrow: not pinned by us
         found.add(hit)
     return found.pop() if len(found) == 1 else None
 
 
-def pinned_terms(pod: Mapping[str, Any], node: str) -> list[JSON]:
-    """The pod's required node-selector terms narrowed to ``node``.
+def pinned_node(pod: Mapping[str, Any]) -> str | None:
+    """The node our required node affinity pins the pod to (``metadata.name In [node]``), if any."""
+    nodes = pinned_nodes(pod)
+    return nodes[0] if nodes is not None and len(nodes) == 1 else None
+
+
+def pinned_terms(pod: Mapping[str, Any], nodes: str | Sequence[str]) -> list[JSON]:
+    """The pod's required node-selector terms narrowed to ``nodes`` (one node, or a node set).
 
     On a gated pod the API server allows required node affinity only to be added or narrowed: with
     no terms we set one; otherwise we add our requirement to every existing term (terms are ORed,
     requirements within a term ANDed), never changing what is there.
     """
-    ours = {"key": NODE_NAME_FIELD, "operator": "In", "values": [node]}
-    terms = (((((pod.get("spec") or {}).get("affinity") or {}).get("nodeAffinity") or {})
-              .get("requiredDuringSchedulingIgnoredDuringExecution") or {}).get("nodeSelectorTerms") or [])
+    values = [nodes] if isinstance(nodes, str) else list(nodes)
+    ours = {"key": NODE_NAME_FIELD, "operator": "In", "values": values}
+    terms = _affinity_terms(pod)
     if not terms:
         return [{"matchFields": [ours]}]
     out = []

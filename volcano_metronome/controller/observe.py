@@ -22,7 +22,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Iterable, Mapping, Sequence
 
 from volcano_metronome import api
-from volcano_metronome.controller import eligibility, objects, policy as policies, topology as network
+from volcano_metronome.controller import eligibility, objects, policy as policies, ranks as ranking, \
+    topology as network
 from volcano_metronome.controller.objects import JSON
 from volcano_metronome.controller.policy import QueuePolicyView
 from volcano_metronome.controller.settings import Settings
@@ -35,6 +36,7 @@ PODGROUP, WORKLOAD, JOB = "PodGroup", "Workload", "Job"
 GANG_KINDS = (PODGROUP, WORKLOAD, JOB)
 GANG_API_VERSIONS = {PODGROUP: "scheduling.volcano.sh/v1beta1", WORKLOAD: "kueue.x-k8s.io/v1beta2", JOB: "batch/v1"}
 RELEASED = "Released"
+DEFAULT_SCHEDULER = "default-scheduler"
 
 
 @dataclass(frozen=True, order=True)
@@ -59,12 +61,15 @@ class PodView:
     gated: bool  # our gate is still on it
     gates: tuple[str, ...]
     node_name: str | None  # bound to
-    pinned: str | None  # the node our affinity pins it to
+    pinned: str | None  # the node our affinity pins it to (when it names one node)
     gpus: int
     priority: int
     created_s: float
     annotations: Mapping[str, str]
     obj: JSON = field(compare=False, repr=False)
+    allowed: tuple[str, ...] | None = None  # the node set our affinity confines it to
+    ranks: Mapping[str, ranking.Key] = field(default_factory=dict)  # rank sort keys by source (controller.ranks)
+    volcano_role: str = ""  # its Volcano task role when Volcano schedules it ("" otherwise)
 
 
 @dataclass(frozen=True)
@@ -349,7 +354,13 @@ def pod_view(pod: Mapping[str, Any], gpu_resource: str) -> PodView:
         pinned=objects.pinned_node(pod), gpus=objects.pod_gpus(pod, gpu_resource),
         priority=int(spec.get("priority") or 0), created_s=objects.created_s(pod),
         annotations={k: ann[k] for k in (api.OFFSET_MS, api.PERIOD_MS, api.EPOCH) if k in ann},
-        obj=dict(pod))
+        obj=dict(pod), allowed=objects.pinned_nodes(pod), ranks=ranking.rank_keys(pod),
+        volcano_role=ranking.volcano_role(pod) if scheduled_by_volcano(pod) else "")
+
+
+def scheduled_by_volcano(pod: Mapping[str, Any]) -> bool:
+    """Whether a scheduler other than kube-scheduler places the pod (Volcano's name is configurable)."""
+    return (pod.get("spec") or {}).get("schedulerName") not in (None, "", DEFAULT_SCHEDULER)
 
 
 def claim_view(obj: Mapping[str, Any]) -> ClaimView:
