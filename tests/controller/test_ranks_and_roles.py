@@ -121,6 +121,22 @@ def test_a_gang_of_sixteen_is_pinned_in_rank_order_not_name_order(fake: FakeApi)
     assert racks == sorted(racks)  # nodes of one rack consecutive in the claim
 
 
+def test_claim_nodes_are_rack_by_rack_when_node_names_interleave_racks() -> None:
+    fake = FakeApi()
+    for i in range(8):  # n0, n2, n4, n6 in rack r0; n1, n3, n5, n7 in r1: name order alternates racks
+        fake.put(kube.NODES, b.node(f"n{i}", gpus=8, rack=f"r{i % 2}"))
+    fake.put(kube.PODGROUPS, b.podgroup(NS, "x", 16, gpus=4))
+    for p in b.gang_pods(NS, "x", 16, gpus=4):
+        fake.put(kube.PODS, p)
+    converge(fake)
+    status = claim_of(fake, "x")["status"]
+    racks = [int(n[1:]) % 2 for n in status["nodes"]]
+    assert racks in ([0, 0, 0, 0, 1, 1, 1, 1], [1, 1, 1, 1, 0, 0, 0, 0]), status["nodes"]
+    pinned = {objects.name(p): objects.pinned_node(p) for p in fake.all(kube.PODS)}
+    crossings = sum(int(pinned[f"x-{i}"][1:]) % 2 != int(pinned[f"x-{i + 1}"][1:]) % 2 for i in range(15))
+    assert crossings == 1  # the ring leaves each rack once (and closes back)
+
+
 def test_pods_of_a_volcano_role_scheduled_by_kube_scheduler_stay_pinned_per_pod(fake: FakeApi) -> None:
     fake.put(kube.PODGROUPS, b.podgroup(NS, "k", 12, gpus=2))
     for p in b.volcano_task_pods(NS, "k", [("worker", 12, 2)], scheduler="default-scheduler"):

@@ -88,7 +88,7 @@ def test_volcano_task_roles_share_node_sets_or_say_how_to_unblock(cluster: Clust
            b.volcano_task_pods(ns, "m", [("master", 1, 4), ("worker", 5, 2)]))
     ctl = run_controller(cluster, tmp_path, controller, ns)
     wait_until(lambda: cluster.ungated(ns), 60, lambda: f"ungated pods\n{ctl.logs()}")
-    claims = cluster.claims(ns)
+    claims = cluster.check_consistent(ns)
     pods = {objects.name(p): p for p in cluster.pods(ns)}
     nodes = tuple(claims["podgroup-v"]["status"]["nodes"])
     assert len(nodes) == 6
