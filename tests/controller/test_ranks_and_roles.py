@@ -215,3 +215,56 @@ def test_a_replacement_pod_joins_its_roles_existing_node_set() -> None:
             "nodeSelectorTerms"] = objects.pinned_terms({}, node)
     result = assign(claim, [pod_view(p, b.GPU) for p in pods])
     assert "role worker" in result.blocked and api.SCHEDULING_GATE not in result.blocked
+
+
+# ------------------------------------------------------------------------------ node sets as affinity
+def test_a_node_set_is_one_term_per_node_or_a_hostname_requirement_next_to_existing_terms() -> None:
+    bare = b.pod(NS, "p", "g")
+    terms = objects.pinned_terms(bare, ["n1", "n0"])
+    # The API server accepts one value per metadata.name requirement: one ORed term per node.
+    assert terms == [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n1"]}]},
+                     {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n0"]}]}]
+    bare["spec"]["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": terms}}}
+    assert objects.pinned_nodes(bare) == ("n1", "n0") and objects.pinned_node(bare) is None
+    assert not objects.has_own_terms(bare)  # every term is ours
+    own = b.pod(NS, "q", "g")
+    own["spec"]["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{"matchExpressions": [{"key": "gpu", "operator": "Exists"}]},
+                              {"matchExpressions": [{"key": "tpu", "operator": "Exists"}]}]}}}
+    # Existing terms can only gain requirements (no new terms): the set is named by hostname label.
+    assert objects.pinned_terms(own, ["n0", "n1"], {"n0": "h0"}) is None
+    terms = objects.pinned_terms(own, ["n0", "n1"], {"n0": "h0", "n1": "h1"})
+    assert [t["matchExpressions"] for t in terms] == [
+        [{"key": "gpu", "operator": "Exists"}, {"key": "kubernetes.io/hostname", "operator": "In", "values": ["h0", "h1"]}],
+        [{"key": "tpu", "operator": "Exists"}, {"key": "kubernetes.io/hostname", "operator": "In", "values": ["h0", "h1"]}]]
+    own["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"] = terms
+    assert objects.pinned_nodes(own, {"h0": "n0", "h1": "n1"}) == ("n0", "n1") and objects.has_own_terms(own)
+
+
+@pytest.mark.parametrize("labelled", [True, False])
+def test_pods_with_own_affinity_share_a_hostname_set_or_are_pinned_per_pod_without_labels(labelled: bool) -> None:
+    fake = FakeApi()
+    for i in range(4):
+        node = b.node(f"n{i}", gpus=8, rack="r0", labels={"pool": "gpu"})
+        if not labelled:
+            del node["metadata"]["labels"]["kubernetes.io/hostname"]
+        fake.put(kube.NODES, node)
+    fake.put(kube.PODGROUPS, b.podgroup(NS, "h", 6, gpus=4))
+    for p in b.volcano_task_pods(NS, "h", [("worker", 6, 4)]):
+        p["spec"]["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": [{"matchExpressions": [{"key": "pool", "operator": "In", "values": ["gpu"]}]}]}}}
+        fake.put(kube.PODS, p)
+    converge(fake)
+    claim = claim_of(fake, "h")
+    nodes = claim["status"]["nodes"]
+    assert len(nodes) == 3
+    sets = {objects.pinned_nodes(p, {n: n for n in nodes}) for p in fake.all(kube.PODS)}
+    cond = objects.condition(claim, "PerPodConstraints")
+    if labelled:
+        assert sets == {tuple(nodes)} and cond is None
+    else:  # no hostname label to name a set by: pinned per pod, and the claim says what to change
+        assert sets == {(n,) for n in nodes}
+        assert cond is not None and cond["status"] == "True"
+        assert "have no kubernetes.io/hostname label" in cond["message"] and "predicateErrorCacheEnable: false" in cond[
+            "message"]

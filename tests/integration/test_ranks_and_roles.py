@@ -78,7 +78,7 @@ def test_a_gang_of_twelve_is_pinned_in_rank_order(cluster: Cluster, tmp_path: pa
 
 def test_volcano_task_roles_share_node_sets_or_say_how_to_unblock(cluster: Cluster, tmp_path: pathlib.Path,
                                                                   controller: list[ControllerProcess]) -> None:
-    cluster.nodes(10)
+    cluster.nodes(12)
     ns = cluster.namespace()
     # One node set for all 12 pods (the master's node also holds workers' slots: the roles are merged).
     create(cluster, ns, b.podgroup(ns, "v", 12, gpus=4),
@@ -86,9 +86,24 @@ def test_volcano_task_roles_share_node_sets_or_say_how_to_unblock(cluster: Clust
     # GPU requests differ: pinned per pod, and the claim says how to keep Volcano's cache from blocking it.
     create(cluster, ns, b.podgroup(ns, "m", 6, gpus=4),
            b.volcano_task_pods(ns, "m", [("master", 1, 4), ("worker", 5, 2)]))
+    # Pods with required node affinity of their own: the API server lets a gated pod's terms only gain
+    # requirements, so the role's set is named by hostname label in each term.
+    own = b.volcano_task_pods(ns, "h", [("worker", 3, 8)])
+    for p in own:
+        p["spec"]["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": [{"matchExpressions": [{"key": cluster.node_label[0], "operator": "In",
+                                                         "values": [cluster.node_label[1]]}]}]}}}
+    create(cluster, ns, b.podgroup(ns, "h", 3), own)
     ctl = run_controller(cluster, tmp_path, controller, ns)
     wait_until(lambda: cluster.ungated(ns), 60, lambda: f"ungated pods\n{ctl.logs()}")
     claims = cluster.check_consistent(ns)
+    hosts = {n: n for n in claims["podgroup-h"]["status"]["nodes"]}  # the test nodes' hostname label is their name
+    for p in cluster.pods(ns):
+        if objects.name(p).startswith("h-"):
+            terms = p["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+                "nodeSelectorTerms"]
+            assert len(terms) == 1 and terms[0]["matchExpressions"][0]["key"] == cluster.node_label[0]
+            assert objects.pinned_nodes(p, hosts) == tuple(claims["podgroup-h"]["status"]["nodes"])
     pods = {objects.name(p): p for p in cluster.pods(ns)}
     nodes = tuple(claims["podgroup-v"]["status"]["nodes"])
     assert len(nodes) == 6

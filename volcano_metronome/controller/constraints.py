@@ -26,9 +26,9 @@ Volcano does not use the cache for them.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Mapping, Sequence
 
-from volcano_metronome.controller import ranks
+from volcano_metronome.controller import objects, ranks
 from volcano_metronome.controller.observe import ClaimView, PodView
 
 CACHE_ARGUMENT = "predicateErrorCacheEnable"
@@ -60,8 +60,12 @@ def cache_advice(reasons: Sequence[str]) -> str:
             "GPU requests")
 
 
-def assign(claim: ClaimView, pods: Sequence[PodView]) -> Assignment:
-    """Each live pod's node set (see the module docstring); the same every time it is computed."""
+def assign(claim: ClaimView, pods: Sequence[PodView], hostnames: Mapping[str, str] = {}) -> Assignment:
+    """Each live pod's node set (see the module docstring); the same every time it is computed.
+
+    ``hostnames`` (node name -> ``kubernetes.io/hostname`` label) names a node set next to a pod's own
+    required node affinity terms (``objects.pinned_terms``); a pool that needs it and lacks it is pinned per pod.
+    """
     slots = dict(zip(claim.nodes, claim.members))
     fixed: dict[str, tuple[str, ...]] = {}
     pooled: list[PodView] = []
@@ -87,7 +91,7 @@ def assign(claim: ClaimView, pods: Sequence[PodView]) -> Assignment:
     for p in ordered:
         slot = slot_of[p.name]
         targets[p.name] = (slot,) if slot is not None else ()
-    blocked = _volcano_roles(claim, pods, ordered, slot_of, targets)
+    blocked = _volcano_roles(claim, pods, ordered, slot_of, targets, hostnames)
     out = tuple(Target(p, fixed.get(p.name) or targets.get(p.name, ())) for p in pods)
     return Assignment(out, blocked)
 
@@ -100,7 +104,8 @@ def _take(slots: dict[str, int], nodes: Sequence[str]) -> str | None:
 
 
 def _volcano_roles(claim: ClaimView, pods: Sequence[PodView], ordered: Sequence[PodView],
-                   slot_of: dict[str, str | None], targets: dict[str, tuple[str, ...]]) -> str:
+                   slot_of: dict[str, str | None], targets: dict[str, tuple[str, ...]],
+                   hostnames: Mapping[str, str]) -> str:
     """Give the gated pods of each Volcano task role one node set (in ``targets``); why that fails, if it does."""
     placed = [p for p in ordered if p.volcano_role and slot_of[p.name]]
     unbound = [p for p in pods if p.volcano_role and p.node_name is None]
@@ -120,6 +125,9 @@ def _volcano_roles(claim: ClaimView, pods: Sequence[PodView], ordered: Sequence[
         if len({p.gpus for p in unbound if p.volcano_role in roles and p.gpus > 0}) > 1:
             continue  # a free choice inside the pool could strand a pod: the per-pod pins stay
         shared = tuple(sorted(nodes, key=lambda n: order.get(n, len(order))))
+        if len(shared) > 1 and any(n not in hostnames for n in shared) and any(
+                objects.has_own_terms(p.obj) for p in placed if p.volcano_role in roles):
+            continue  # the set cannot be named next to the pods' own terms: the per-pod pins stay
         for p in placed:
             if p.volcano_role in roles:
                 targets[p.name] = shared
@@ -133,10 +141,17 @@ def _volcano_roles(claim: ClaimView, pods: Sequence[PodView], ordered: Sequence[
             final.setdefault(p.volcano_role, set()).add(have)
     reasons = [f"role {role}: its waiting pods are pinned to " + ", ".join("[" + " ".join(s) + "]" for s in sorted(sets))
                for role, sets in sorted(final.items()) if len(sets) > 1]
-    if reasons and len(gpus) > 1:
+    if not reasons:
+        return ""
+    if len(gpus) > 1:
         reasons.append(f"they ask for different numbers of GPUs ({', '.join(map(str, gpus))}), so a node set shared "
                        "by the role could strand one")
-    return cache_advice(reasons) if reasons else ""
+    split = {role for role, sets in final.items() if len(sets) > 1}
+    unnamed = sorted({n for role in split for s in final[role] for n in s if n not in hostnames}, key=ranks.natural)
+    if unnamed and any(objects.has_own_terms(p.obj) for p in unbound if p.volcano_role in split):
+        reasons.append(f"node(s) {', '.join(unnamed)} have no {objects.HOSTNAME_LABEL} label to name them in a node "
+                       "set next to the pods' own required node affinity terms")
+    return cache_advice(reasons)
 
 
 def _pools(wanted: dict[str, set[str]]) -> list[tuple[frozenset[str], set[str]]]:

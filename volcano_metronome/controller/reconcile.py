@@ -492,14 +492,15 @@ def _follow(gang: GangView, claim: ClaimView, move: Move | None, settings: Setti
     elif not drift and shown is not None and shown.get("status") == "True":
         status["conditions"] = objects.set_condition(status.get("conditions", claim.conditions), DRIFTED, "False",
                                                      AS_DECIDED, "every bound pod is on a node of its node set", now_s)
-    assignment = assign(claim, gang.pods)
+    assignment = assign(claim, gang.pods, gang.hostnames)
     status, cache_events = _role_constraints(gang, claim, assignment.blocked, status, settings, now_s)
     after.extend(cache_events)
     writes: tuple[ClaimStatus, ...] = ()
     if status:
         writes = (ClaimStatus(claim.namespace, claim.name, claim.resource_version, status),)
     ann = timing_annotations(period, offset, epoch, locked)
-    pods = tuple(p for p in (_pod_patch(t.pod, t.nodes, ann) for t in assignment.targets) if p is not None)
+    pods = tuple(p for p in (_pod_patch(t.pod, t.nodes, ann, gang.hostnames) for t in assignment.targets)
+                 if p is not None)
     if gang.check is not None and gang.obj is not None and gang.check.state != "Ready":
         after.insert(0, _check(gang, "Ready", _ready_message(claim), now_s, ann, claim))
     return GangWrites(str(gang.key), writes, pods, tuple(after), transition=transition)
@@ -544,7 +545,8 @@ def timing_annotations(period_ms: float, offset_ms: float, epoch_ms: int, locked
             api.EPOCH: str(epoch_ms) if locked else None}
 
 
-def _pod_patch(pod: PodView, nodes: tuple[str, ...], ann: Mapping[str, str | None]) -> PodPatch | None:
+def _pod_patch(pod: PodView, nodes: tuple[str, ...], ann: Mapping[str, str | None],
+               hostnames: Mapping[str, str] = {}) -> PodPatch | None:
     patch: JSON = {}
     changed = {k: v for k, v in ann.items() if pod.annotations.get(k) != v}
     if pod.gated and not nodes:
@@ -554,8 +556,11 @@ def _pod_patch(pod: PodView, nodes: tuple[str, ...], ann: Mapping[str, str | Non
     spec: JSON = {}
     if pod.gated:
         if pod.allowed != nodes and pod.node_name is None:
+            terms = objects.pinned_terms(pod.obj, nodes, hostnames)
+            if terms is None:
+                return None  # not expressible (constraints.assign pins such pods one by one): stays gated
             spec["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
-                "nodeSelectorTerms": objects.pinned_terms(pod.obj, nodes)}}}
+                "nodeSelectorTerms": terms}}}
         rest = [{"name": g} for g in pod.gates if g != api.SCHEDULING_GATE]
         spec["schedulingGates"] = rest or None
     if spec:
