@@ -6,7 +6,8 @@ which the writes landed plans none. Per gang the writes are ordered so that a cr
 of them loses nothing and duplicates nothing:
 
 1. the STBandwidthClaim (created if needed, then its status: the durable record of the decision);
-2. each gated pod: required node affinity pinning it to one node of the decision, the annotations
+2. each gated pod: required node affinity pinning it to the node of its rank's slot, or the pods of a
+   Volcano task role to the role's node set (``controller.constraints``), the annotations
    ``metronome.dev/offset-ms``, ``period-ms``, ``epoch``, and removal of our gate only (other gates
    stay), in one conditional patch;
 3. the Kueue Workload's AdmissionCheck state, then an Event.
