@@ -217,6 +217,20 @@ def test_a_replacement_pod_joins_its_roles_existing_node_set() -> None:
     assert "role worker" in result.blocked and api.SCHEDULING_GATE not in result.blocked
 
 
+def test_a_replacement_whose_slot_lies_outside_its_roles_set_is_reported() -> None:
+    pods = b.volcano_task_pods(NS, "s", [("worker", 2, 8)])
+    claim = claim_view({"metadata": {"name": "c", "namespace": NS},
+                        "status": {"nodes": ["n0", "n1"], "members": [1, 1]}})
+    pods[1]["spec"]["schedulingGates"] = []  # worker-1 ungated, pinned to n1, not bound yet
+    pods[1]["spec"]["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": objects.pinned_terms(pods[1], "n1")}}}
+    result = assign(claim, [pod_view(p, b.GPU) for p in pods])  # worker-0 replaced: n0 is the free slot
+    assert [t.nodes for t in result.targets] == [("n0", "n1"), ("n1",)]  # never a second pod on full n1
+    assert "role worker: its waiting pods are pinned to [n0 n1], [n1]" in result.blocked
+    pods[1]["spec"]["nodeName"] = "n1"  # once worker-1 is bound nothing is left to block
+    assert not assign(claim, [pod_view(p, b.GPU) for p in pods]).blocked
+
+
 # ------------------------------------------------------------------------------ node sets as affinity
 def test_a_node_set_is_one_term_per_node_or_a_hostname_requirement_next_to_existing_terms() -> None:
     bare = b.pod(NS, "p", "g")

@@ -131,9 +131,12 @@ def _volcano_roles(claim: ClaimView, pods: Sequence[PodView], ordered: Sequence[
         for p in placed:
             if p.volcano_role in roles:
                 targets[p.name] = shared
-    for p in placed:
-        if p.volcano_role in kept:
-            targets[p.name] = kept[p.volcano_role]
+    for role, have in kept.items():  # a replacement joins its role's set (grown by its slot if that lies outside)
+        grown = set(have) | wanted.get(role, set())
+        joined = have if grown == set(have) else tuple(sorted(grown, key=lambda n: order.get(n, len(order))))
+        for p in placed:
+            if p.volcano_role == role:
+                targets[p.name] = joined
     final: dict[str, set[tuple[str, ...]]] = {}
     for p in unbound:
         have = targets.get(p.name) or (p.allowed if not p.gated else None)
