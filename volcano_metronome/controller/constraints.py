@@ -139,9 +139,9 @@ def _volcano_roles(claim: ClaimView, pods: Sequence[PodView], ordered: Sequence[
                 targets[p.name] = joined
     final: dict[str, set[tuple[str, ...]]] = {}
     for p in unbound:
-        have = targets.get(p.name) or (p.allowed if not p.gated else None)
-        if have:
-            final.setdefault(p.volcano_role, set()).add(have)
+        current = targets.get(p.name) or (p.allowed if not p.gated else None)
+        if current:
+            final.setdefault(p.volcano_role, set()).add(current)
     reasons = [f"role {role}: its waiting pods are pinned to " + ", ".join("[" + " ".join(s) + "]" for s in sorted(sets))
                for role, sets in sorted(final.items()) if len(sets) > 1]
     if not reasons:
