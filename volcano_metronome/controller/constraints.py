@@ -19,8 +19,10 @@ the order of ranks inside a role does not. Any placement Volcano finds fits the 
 per node when the pool's pods ask for equal GPUs (each node of the claim is full with its members,
 but for the last one the core filled); pods asking for different numbers of GPUs could strand one,
 so such a pool is pinned per pod, and the claim says how to turn the cache off
-(:func:`cache_advice`). Pods without a task role, or scheduled by kube-scheduler, are pinned per pod:
-Volcano does not use the cache for them.
+(:func:`cache_advice`); so is a pool whose set cannot be written next to the pods' own required node
+affinity terms (a node without a ``kubernetes.io/hostname`` label, ``objects.pinned_terms``). Pods
+without a task role, or scheduled by kube-scheduler, are pinned per pod: Volcano does not use the
+cache for them.
 """
 
 from __future__ import annotations
@@ -56,8 +58,7 @@ def cache_advice(reasons: Sequence[str]) -> str:
             "Volcano's allocate action reuses one pod's predicate failures for the other pods of its role "
             "(its predicate error cache, on by default) and can leave the gang pending. Turn the cache off: in "
             "volcano-scheduler.conf add `configurations: [{name: allocate, arguments: "
-            f"{{{CACHE_ARGUMENT}: false}}}}]` (the scheduler reloads the file), or give the role's pods equal "
-            "GPU requests")
+            f"{{{CACHE_ARGUMENT}: false}}}}]` (the scheduler reloads the file)")
 
 
 def assign(claim: ClaimView, pods: Sequence[PodView], hostnames: Mapping[str, str] = {}) -> Assignment:
