@@ -337,7 +337,8 @@ def _settings(objects: list[dict[str, Any]]) -> tuple[dict[str, Any], dict[str, 
 
 def test_configmaps_pass_settings_through() -> None:
     webhook, controller = _settings(render("defaults"))
-    assert webhook == {"lineRateGbps": 100, "namespaceDefaults": {}, "queueDefaults": {},
+    # maxHyperperiodMs: the controller's, so the webhook refuses exactly what the controller cannot place
+    assert webhook == {"lineRateGbps": 100, "maxHyperperiodMs": 25200, "namespaceDefaults": {}, "queueDefaults": {},
                        "tierLimit": {"enabled": False, "thresholdGbps": 100, "highestTierAllowed": 1},
                        "watch": {"podGroups": True, "claims": True}}
     assert controller == {"slotMs": 5, "maxHyperperiodMs": 25200, "gpuResource": "nvidia.com/gpu",
@@ -376,6 +377,12 @@ def test_chart_owned_controller_settings_cannot_be_overridden() -> None:
     tuned = template({"controller": {"config": {"leaderElection": {"leaseDurationSeconds": 20}}}})
     _, controller = _settings(tuned)
     assert controller["leaderElection"] == {"leaseDurationSeconds": 20, "leaseName": f"{FULL}-controller"}
+
+
+def test_the_webhook_gets_the_controllers_hyperperiod_cap() -> None:
+    webhook, controller = _settings(template({"controller": {"config": {"maxHyperperiodMs": 50400}}}))
+    assert webhook["maxHyperperiodMs"] == controller["maxHyperperiodMs"] == 50400
+    assert "'not' failed" in template_error({"webhook": {"config": {"maxHyperperiodMs": 1000}}})
 
 
 def test_checksums_roll_only_the_component_whose_config_changed() -> None:
