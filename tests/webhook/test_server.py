@@ -102,7 +102,10 @@ def test_tls_13_preferred_12_accepted_older_refused(server: Server):
 def test_untrusted_clients_cannot_talk_to_it_in_clear(server: Server):
     with socket.create_connection(("127.0.0.1", server.port), timeout=5) as raw:
         raw.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
-        reply = raw.recv(100)
+        try:
+            reply = raw.recv(100)
+        except ConnectionResetError:
+            reply = b""  # closed with our request unread: refused just the same
     assert not reply.startswith(b"HTTP/1.1 200")
 
 
