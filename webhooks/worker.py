@@ -37,6 +37,7 @@ HEADERS_SECONDS = 10.0
 BODY_SECONDS = 10.0
 WRITE_SECONDS = 10.0
 IDLE_POLL_SECONDS = 1.0
+DRAIN_BYTES = 64 * 1024  # unread body a connection may drain to serve another request
 
 log = logging.getLogger("volcano_metronome.webhook")
 
@@ -134,9 +135,11 @@ class WebhookWorker(GeventWorker):  # type: ignore[misc]  # gunicorn ships no ty
                 req.scheme = "https"
                 conn.body()
                 self.handle_request(listener_name, req, tls, addr)
-                req = None
                 if conn.expired:  # the app answered a body that ran out of time (400): no more requests here
                     raise Expired(conn.expired)
+                if not _drained(req):
+                    break  # a body left unread (413): close rather than read megabytes nobody will use
+                req = None
         except StopIteration:
             pass  # the client closed, or the response said Connection: close
         except http.errors.NoMoreData:
@@ -166,6 +169,20 @@ class WebhookWorker(GeventWorker):  # type: ignore[misc]  # gunicorn ships no ty
         with gevent.Timeout(HANDSHAKE_SECONDS):
             tls.do_handshake()
         return tls
+
+
+def _drained(req: Any) -> bool:
+    """Read what is left of the request body, up to ``DRAIN_BYTES``; whether it ended."""
+    declared = getattr(getattr(req.body, "reader", None), "length", None)  # what a Content-Length body has left
+    if isinstance(declared, int) and declared > DRAIN_BYTES:
+        return False
+    left = DRAIN_BYTES
+    while left > 0:
+        data = req.body.read(min(8192, left))
+        if not data:
+            return True
+        left -= len(data)
+    return False
 
 
 def _count_expired(phase: str) -> None:

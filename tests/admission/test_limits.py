@@ -79,3 +79,14 @@ def test_only_ascii_digits_are_numbers(text: str) -> None:
     out = response(admit(review(volcano_job({api.PERIOD_MS: text, api.DUTY_CYCLE: "0.1", api.GBPS: "1"})),
                          Context()).review)
     assert out["allowed"] is False and api.PERIOD_MS in out["status"]["message"]
+
+
+def test_a_gated_pod_has_a_bounded_number_of_containers() -> None:
+    from tests.faults.big import review as big_review
+    from volcano_metronome.admission.pods import MAX_CONTAINERS
+
+    fits = response(admit(big_review(MAX_CONTAINERS), Context()).review)
+    assert fits["allowed"] is True and "patch" in fits
+    out = response(admit(big_review(MAX_CONTAINERS + 1), Context()).review)
+    assert out["allowed"] is False
+    assert f"got {MAX_CONTAINERS + 1}" in out["status"]["message"] and str(MAX_CONTAINERS) in out["status"]["message"]

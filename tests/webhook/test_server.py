@@ -60,6 +60,22 @@ def test_body_limit_is_3_mib(server: Server):
             answer.begin()
             assert answer.status == 413
             assert "3145728 bytes" in json.loads(answer.read())["error"]
+            tls.settimeout(5)
+            assert tls.recv(1) == b""  # closed: the rest of the body is never read
+    # A chunked body gets 413 too, once it passes the limit (it has no length to refuse it by).
+    conn = server.connection()
+    conn.request("POST", "/mutate", body=iter([b"x" * 65536] * 64), encode_chunked=True,
+                 headers={"Content-Type": "application/json", "Transfer-Encoding": "chunked"})
+    answer = conn.getresponse()
+    assert answer.status == 413 and "3145728 bytes" in json.loads(answer.read())["error"]
+    conn.close()
+    small = json.dumps(review(JOB, uid="chunked")).encode()
+    conn = server.connection()
+    conn.request("POST", "/mutate", body=iter([small[:100], small[100:]]), encode_chunked=True,
+                 headers={"Content-Type": "application/json", "Transfer-Encoding": "chunked"})
+    answer = conn.getresponse()
+    assert answer.status == 200 and json.loads(answer.read())["response"]["uid"] == "chunked"
+    conn.close()
     fits = with_annotations(JOB, {"filler": "x" * (2 * 1024 * 1024)})
     assert server.request("POST", "/mutate", json.dumps(review(fits)).encode())[0] == 200
 
