@@ -54,6 +54,7 @@ MERGE = "application/merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
 STRATEGIC = "application/strategic-merge-patch+json"
 _PATCH_TYPES = {"merge": MERGE, "json": JSON_PATCH, "strategic": STRATEGIC}
+FENCE_MIN_SECONDS = 0.2  # a fenced write needs at least this much time left to be sent
 
 
 # --------------------------------------------------------------------------------------------- errors
@@ -76,6 +77,10 @@ class Conflict(KubeError):
 
 class Gone(KubeError):
     """410: the resourceVersion a watch asked for is too old; re-list."""
+
+
+class Fenced(KubeError):
+    """A write refused before it was sent: the lease that allows it may have passed to another replica."""
 
 
 class Unavailable(KubeError):
@@ -190,9 +195,20 @@ def parse_time(value: str | None) -> float | None:
 class Kube:
     """A thin, thread-safe client: dicts in, dicts out. Build it with :func:`connect`."""
 
-    def __init__(self, api_client: k8s_client.ApiClient, request_timeout: float = 30.0) -> None:
+    def __init__(self, api_client: k8s_client.ApiClient, request_timeout: float = 30.0,
+                 fence: Callable[[], float] | None = None) -> None:
         self._api = api_client
         self.request_timeout = request_timeout
+        self.fence = fence
+
+    def fenced(self, remaining: Callable[[], float]) -> "Kube":
+        """This client (same connections) whose writes must end within ``remaining()`` seconds.
+
+        Each write's timeout is cut to the time left, and a write is refused (:class:`Fenced`) when
+        less than ``FENCE_MIN_SECONDS`` is left: a write of a leader cannot be sent, nor wait for its
+        answer, past the moment its lease could pass to another replica. Reads are not fenced.
+        """
+        return Kube(self._api, self.request_timeout, remaining)
 
     @property
     def host(self) -> str:
@@ -222,6 +238,11 @@ class Kube:
             url += "?" + urllib.parse.urlencode(query)
         data = None if body is None else json.dumps(body, separators=(",", ":")).encode()
         t = timeout if timeout is not None else self.request_timeout
+        if self.fence is not None and method != "GET":
+            left = self.fence()
+            if left < FENCE_MIN_SECONDS:
+                raise Fenced(f"{method} {path}: not sent, the lease may pass to another replica in {left:.2f}s")
+            t = (min(t[0], left), min(t[1], left)) if isinstance(t, tuple) else min(t, left)
         to = urllib3.Timeout(connect=t[0], read=t[1]) if isinstance(t, tuple) else urllib3.Timeout(total=t)
         try:
             raw = self._api.rest_client.pool_manager.request(method, url, body=data, headers=headers, timeout=to,

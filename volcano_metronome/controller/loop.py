@@ -252,7 +252,9 @@ def serve(k: kube.Kube, settings: Settings, options: ServeOptions, stop: threadi
         elector = LeaderElector(k, LeaseConfig(settings.lease_namespace, le.lease_name, identity,
                                                le.lease_duration_s, le.renew_deadline_s, le.retry_period_s),
                                 on_lost=on_lost)
-    controller = Controller(k, informers, settings, identity=identity, metrics=metrics,
+    # Writes through a fenced client: none is sent, or waited for, past the renew deadline.
+    writes = k.fenced(elector.remaining) if elector is not None else k
+    controller = Controller(writes, informers, settings, identity=identity, metrics=metrics,
                             after_write=_fault(options.exit_after_writes),
                             may_write=elector.is_leader if elector is not None else None)
     wake.append(controller.notify)
