@@ -479,14 +479,16 @@ class Informer:
 
     ``on_change(event_type, obj)`` runs on the informer's thread for every ADDED / MODIFIED / DELETED
     (re-lists produce the difference as such events); keep it cheap. A resource whose type is not
-    installed (404 on list) counts as synced and empty, and is retried with backoff, so optional
-    integrations (Volcano, Kueue) may be installed after the controller starts.
+    installed (404 on the first list) counts as synced and empty, and is retried with backoff, so
+    optional integrations (Volcano, Kueue) may be installed after the controller starts. A 404 after
+    a successful list keeps the cache (see ``_missing``).
     """
 
     def __init__(self, kube: Kube, resource: Resource, namespace: str | None = None,
                  label_selector: str | None = None,
                  on_change: Callable[[str, JSON], None] | None = None, *, field_selector: str | None = None,
-                 timeout_seconds: int = 300, backoff_initial: float = 0.2, backoff_max: float = 30.0) -> None:
+                 timeout_seconds: int = 300, backoff_initial: float = 0.2, backoff_max: float = 30.0,
+                 missing_grace_s: float = 120.0) -> None:
         self.kube = kube
         self.resource = resource
         self.namespace = namespace
@@ -498,6 +500,9 @@ class Informer:
         self.backoff_max = backoff_max
         self.restarts = 0  # watches re-established after an error or a 410
         self.installed = True  # False while the resource type answers 404
+        self.missing_grace_s = missing_grace_s
+        self._listed = False  # a list has succeeded once
+        self._missing_since: float | None = None  # first 404 after a successful list
         self.resource_version: str | None = None
         self._store: dict[tuple[str | None, str], JSON] = {}
         self._lock = threading.Lock()
@@ -572,8 +577,7 @@ class Informer:
                     log.info("%s: resource type not installed; retrying with backoff", self.resource.plural)
                 self.installed = False
                 need_list = True
-                self._replace([])
-                self._synced.set()
+                self._missing(time.monotonic())
             except Exception as exc:  # noqa: BLE001 - the informer must survive anything the server does
                 if self._stop.is_set():
                     return
@@ -582,9 +586,28 @@ class Informer:
             self._stop.wait(delay * (0.5 + random.random()))
             delay = min(self.backoff_max, delay * 2)
 
+    def _missing(self, now: float) -> None:
+        """The type answered 404. Never listed: synced and empty (an optional integration not installed).
+        Listed before: a 404 may be transient (an API server restarting, a CRD being re-registered), and
+        emptying the cache would make every object look deleted (claims gone, gangs decided again), so the
+        cache is kept until the type has been missing for ``missing_grace_s`` (a deleted CRD's objects are
+        deleted with it)."""
+        if not self._listed:
+            self._replace([])
+            self._synced.set()
+            return
+        if self._missing_since is None:
+            self._missing_since = now
+            log.warning("%s: 404 after a successful list; keeping the cache for up to %.0fs",
+                        self.resource.plural, self.missing_grace_s)
+        elif now - self._missing_since >= self.missing_grace_s and self.items():
+            log.warning("%s: missing for %.0fs; emptying the cache", self.resource.plural, now - self._missing_since)
+            self._replace([])
+
     def _list(self) -> None:
         page = self.kube.list(self.resource, self.namespace, label_selector=self.label_selector,
                               field_selector=self.field_selector)
+        self._listed, self._missing_since = True, None
         self.installed = True
         self.resource_version = (page.get("metadata") or {}).get("resourceVersion")
         self._replace(page["items"])

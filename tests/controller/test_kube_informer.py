@@ -127,6 +127,18 @@ def test_informer_of_a_missing_resource_type_is_synced_and_empty() -> None:
     inf.stop()
 
 
+def test_a_404_after_a_successful_list_keeps_the_cache() -> None:
+    listed = {"items": [pod("a", 1)], "metadata": {"resourceVersion": "2"}}
+    k = ScriptedKube(lists=[listed, NotFound("gone", 404), NotFound("gone", 404), listed],
+                     watches=[[NotFound("gone", 404)]])
+    inf, seen = run_informer(k)
+    assert inf.get("ns", "a") is not None and ("DELETED", "a") not in seen  # a transient 404 deletes nothing
+    # Missing for longer than the grace period: the type is gone, and its objects with it.
+    k = ScriptedKube(lists=[listed, NotFound("gone", 404), NotFound("gone", 404)], watches=[[NotFound("gone", 404)]])
+    inf, seen = run_informer(k, missing_grace_s=0.0)
+    assert inf.items() == [] and ("DELETED", "a") in seen
+
+
 class _Pool:
     """Records each request's method and timeout; answers 200 {}."""
 
