@@ -7,6 +7,7 @@ import os
 import pathlib
 import re
 import signal
+import time
 
 from tests.controller import builders as b
 from tests.controller.cluster import Cluster, ControllerProcess, wait_until
@@ -38,6 +39,7 @@ def test_a_poison_gang_does_not_stop_a_normal_gang(cluster: Cluster, tmp_path: p
     wait_until(lambda: cluster.ungated(ns, ["good"]), 60, lambda: f"the normal gang\n{ctl.logs()}")
     # Placed by the first cycle that decided anything, beside the poison gang's no-fit.
     first = re.search(r"cycle: (\d+) decided \((\d+) placed\)", ctl.logs())
+    print(f"FAULT-BENCH poison gang: first deciding cycle: {first.group(0) if first else None}")
     assert first is not None and first.groups() == ("2", "1"), ctl.logs()
     claim = wait_until(lambda: (c := cluster.claims(ns).get("podgroup-poison")) and objects.condition(c, "NoFit")
                        and c, 30, "the poison gang's claim condition")
@@ -87,14 +89,19 @@ def test_a_leader_frozen_mid_write_never_writes_after_the_standby_took_over(
                interval=0.01)
     assert first.proc is not None
     os.kill(first.proc.pid, signal.SIGSTOP)  # frozen with its plan half written
+    stopped = time.monotonic()
     try:
         wait_until(lambda: second.metric("metronome_controller_leader") == 1, 30,
                    lambda: f"the standby's takeover\n{second.logs()}")
+        took_over = time.monotonic() - stopped
         wait_until(lambda: cluster.ungated(ns), 60, lambda: f"convergence by the new leader\n{second.logs()}")
         settled = _settled(cluster, ns)
     finally:
         os.kill(first.proc.pid, signal.SIGCONT)
     assert first.wait(30) == 1, first.logs()  # it finds its lease gone and exits
+    late = sum(1 for key, rv in _versions(cluster, ns).items() if settled.get(key) != rv)
+    print(f"FAULT-BENCH frozen leader: standby led {took_over:.1f} s after SIGSTOP; objects written after SIGCONT: "
+          f"{late}; old leader exit code {first.proc.returncode}")
     assert _versions(cluster, ns) == settled, "the old leader wrote after the standby took over"
     claims = cluster.check_consistent(ns)
     assert len(claims) == 12

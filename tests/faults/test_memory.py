@@ -53,6 +53,9 @@ def test_four_concurrent_max_size_reviews_stay_inside_the_memory_limit(tmp_path:
             assert response["allowed"] is False and f"at most {MAX_CONTAINERS} containers" in response["status"]["message"]
             assert len(data) < 4096  # no amplification: a denial, not an 80 MB patch
         peaks = {pid: _status_mib(pid, "VmHWM") for pid in [server.process.pid, *workers]}
+        print(f"FAULT-BENCH memory: 4 concurrent {len(body)}-byte reviews; peak RSS arbiter "
+              f"{peaks[server.process.pid]:.0f} MiB, workers {', '.join(f'{peaks[w]:.0f}' for w in workers)} MiB; "
+              f"answers {max(len(d) for _, d in answers.values())} bytes")
         assert sum(peaks.values()) < CHART_LIMIT_MIB / 2, peaks
     finally:
         assert server.stop() == 0, server.stderr.read_text()

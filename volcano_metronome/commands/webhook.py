@@ -44,6 +44,13 @@ def run(args: argparse.Namespace) -> int:
     cert_file = str(pathlib.Path(args.cert_dir) / args.cert_file)
     key_file = str(pathlib.Path(args.cert_dir) / args.key_file)
     _check_certificate(cert_file, key_file)
+    # The workers are gevent's: socket and ssl must be patched before the Kubernetes client (urllib3)
+    # takes references to them, which the check below does here, before the workers fork (patching
+    # ssl afterwards leaves urllib3 with the unpatched classes: RecursionError in every watch).
+    from gevent import monkey
+
+    monkey.patch_socket()
+    monkey.patch_ssl()
     if settings.watch.pod_groups or settings.watch.claims:
         from volcano_metronome import kube
 
