@@ -9,8 +9,12 @@ from typing import Iterator
 import pytest
 
 from tests.controller.cluster import Cluster, ControllerProcess, ensure_crds
-from tests.integration.conftest import control_plane, control_plane_binaries  # noqa: F401 - fixtures
+from tests.integration import conftest as integration
 from volcano_metronome.devtools.controlplane import ControlPlane
+
+# The integration tier's fixtures (session-scoped: this package gets a control plane of its own).
+control_plane_binaries = integration.control_plane_binaries
+control_plane = integration.control_plane
 
 _HERE = pathlib.Path(__file__).resolve().parent
 
@@ -22,7 +26,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 @pytest.fixture(scope="module")
-def kubeconfig(control_plane: ControlPlane) -> pathlib.Path:  # noqa: F811 - the imported fixture
+def kubeconfig(control_plane: ControlPlane) -> pathlib.Path:
     ensure_crds(control_plane.kubeconfig_path)
     return control_plane.kubeconfig_path
 
