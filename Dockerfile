@@ -2,7 +2,9 @@
 # One image for the webhook, the controller and the `certs` hook Job of the Helm chart:
 #   volcano-metronome webhook ... | volcano-metronome controller ... | volcano-metronome certs ...
 # Build:  docker build -t <registry>/volcano-metronome:<version> .
-ARG PYTHON_IMAGE=python:3.11-slim
+# Pinned by digest (the multi-arch index of python:3.11-slim), so a rebuild gets the same base
+# until someone moves the pin on purpose; override with --build-arg PYTHON_IMAGE=... to update it.
+ARG PYTHON_IMAGE=python:3.11-slim@sha256:9c900dea9e8fb7e16277c179b555cc72d29a352dbc33cff48ad5a0412fd5bfc7
 
 # ---------------------------------------------------------------- builder: wheels only
 FROM ${PYTHON_IMAGE} AS builder

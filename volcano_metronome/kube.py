@@ -54,6 +54,7 @@ MERGE = "application/merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
 STRATEGIC = "application/strategic-merge-patch+json"
 _PATCH_TYPES = {"merge": MERGE, "json": JSON_PATCH, "strategic": STRATEGIC}
+FENCE_MIN_SECONDS = 0.2  # a fenced write needs at least this much time left to be sent
 
 
 # --------------------------------------------------------------------------------------------- errors
@@ -76,6 +77,10 @@ class Conflict(KubeError):
 
 class Gone(KubeError):
     """410: the resourceVersion a watch asked for is too old; re-list."""
+
+
+class Fenced(KubeError):
+    """A write refused before it was sent: the lease that allows it may have passed to another replica."""
 
 
 class Unavailable(KubeError):
@@ -190,9 +195,20 @@ def parse_time(value: str | None) -> float | None:
 class Kube:
     """A thin, thread-safe client: dicts in, dicts out. Build it with :func:`connect`."""
 
-    def __init__(self, api_client: k8s_client.ApiClient, request_timeout: float = 30.0) -> None:
+    def __init__(self, api_client: k8s_client.ApiClient, request_timeout: float = 30.0,
+                 fence: Callable[[], float] | None = None) -> None:
         self._api = api_client
         self.request_timeout = request_timeout
+        self.fence = fence
+
+    def fenced(self, remaining: Callable[[], float]) -> "Kube":
+        """This client (same connections) whose writes must end within ``remaining()`` seconds.
+
+        Each write's timeout is cut to the time left, and a write is refused (:class:`Fenced`) when
+        less than ``FENCE_MIN_SECONDS`` is left: a write of a leader cannot be sent, nor wait for its
+        answer, past the moment its lease could pass to another replica. Reads are not fenced.
+        """
+        return Kube(self._api, self.request_timeout, remaining)
 
     @property
     def host(self) -> str:
@@ -222,6 +238,11 @@ class Kube:
             url += "?" + urllib.parse.urlencode(query)
         data = None if body is None else json.dumps(body, separators=(",", ":")).encode()
         t = timeout if timeout is not None else self.request_timeout
+        if self.fence is not None and method != "GET":
+            left = self.fence()
+            if left < FENCE_MIN_SECONDS:
+                raise Fenced(f"{method} {path}: not sent, the lease may pass to another replica in {left:.2f}s")
+            t = (min(t[0], left), min(t[1], left)) if isinstance(t, tuple) else min(t, left)
         to = urllib3.Timeout(connect=t[0], read=t[1]) if isinstance(t, tuple) else urllib3.Timeout(total=t)
         try:
             raw = self._api.rest_client.pool_manager.request(method, url, body=data, headers=headers, timeout=to,
@@ -458,14 +479,16 @@ class Informer:
 
     ``on_change(event_type, obj)`` runs on the informer's thread for every ADDED / MODIFIED / DELETED
     (re-lists produce the difference as such events); keep it cheap. A resource whose type is not
-    installed (404 on list) counts as synced and empty, and is retried with backoff, so optional
-    integrations (Volcano, Kueue) may be installed after the controller starts.
+    installed (404 on the first list) counts as synced and empty, and is retried with backoff, so
+    optional integrations (Volcano, Kueue) may be installed after the controller starts. A 404 after
+    a successful list keeps the cache (see ``_missing``).
     """
 
     def __init__(self, kube: Kube, resource: Resource, namespace: str | None = None,
                  label_selector: str | None = None,
                  on_change: Callable[[str, JSON], None] | None = None, *, field_selector: str | None = None,
-                 timeout_seconds: int = 300, backoff_initial: float = 0.2, backoff_max: float = 30.0) -> None:
+                 timeout_seconds: int = 300, backoff_initial: float = 0.2, backoff_max: float = 30.0,
+                 missing_grace_s: float = 120.0) -> None:
         self.kube = kube
         self.resource = resource
         self.namespace = namespace
@@ -477,6 +500,9 @@ class Informer:
         self.backoff_max = backoff_max
         self.restarts = 0  # watches re-established after an error or a 410
         self.installed = True  # False while the resource type answers 404
+        self.missing_grace_s = missing_grace_s
+        self._listed = False  # a list has succeeded once
+        self._missing_since: float | None = None  # first 404 after a successful list
         self.resource_version: str | None = None
         self._store: dict[tuple[str | None, str], JSON] = {}
         self._lock = threading.Lock()
@@ -551,8 +577,7 @@ class Informer:
                     log.info("%s: resource type not installed; retrying with backoff", self.resource.plural)
                 self.installed = False
                 need_list = True
-                self._replace([])
-                self._synced.set()
+                self._missing(time.monotonic())
             except Exception as exc:  # noqa: BLE001 - the informer must survive anything the server does
                 if self._stop.is_set():
                     return
@@ -561,9 +586,28 @@ class Informer:
             self._stop.wait(delay * (0.5 + random.random()))
             delay = min(self.backoff_max, delay * 2)
 
+    def _missing(self, now: float) -> None:
+        """The type answered 404. Never listed: synced and empty (an optional integration not installed).
+        Listed before: a 404 may be transient (an API server restarting, a CRD being re-registered), and
+        emptying the cache would make every object look deleted (claims gone, gangs decided again), so the
+        cache is kept until the type has been missing for ``missing_grace_s`` (a deleted CRD's objects are
+        deleted with it)."""
+        if not self._listed:
+            self._replace([])
+            self._synced.set()
+            return
+        if self._missing_since is None:
+            self._missing_since = now
+            log.warning("%s: 404 after a successful list; keeping the cache for up to %.0fs",
+                        self.resource.plural, self.missing_grace_s)
+        elif now - self._missing_since >= self.missing_grace_s and self.items():
+            log.warning("%s: missing for %.0fs; emptying the cache", self.resource.plural, now - self._missing_since)
+            self._replace([])
+
     def _list(self) -> None:
         page = self.kube.list(self.resource, self.namespace, label_selector=self.label_selector,
                               field_selector=self.field_selector)
+        self._listed, self._missing_since = True, None
         self.installed = True
         self.resource_version = (page.get("metadata") or {}).get("resourceVersion")
         self._replace(page["items"])

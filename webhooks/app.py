@@ -81,16 +81,29 @@ def create_app(context: Callable[[], Context], ready: Callable[[], bool] = lambd
 
 
 def _body() -> bytes:
-    """The request body, read straight from the server's input when its length is declared (werkzeug's
-    stream wrappers cost more than the admission decision); chunked bodies go through werkzeug, which
-    enforces the limit while reading."""
+    """The request body, read straight from the server's input (werkzeug's stream wrappers cost more
+    than the admission decision): a declared length over the limit is refused from the headers, a
+    chunked body as soon as it passes the limit (413 either way, never more than the limit read)."""
     length = request.content_length
     if length is None:
-        return request.get_data(cache=False)
+        return _chunked(request.environ["wsgi.input"])
     if length > MAX_BODY_BYTES:
         raise RequestEntityTooLarge()
     data: bytes = request.environ["wsgi.input"].read(length)
     return data
+
+
+def _chunked(stream: Any) -> bytes:
+    parts: list[bytes] = []
+    size = 0
+    while True:
+        part = stream.read(min(65536, MAX_BODY_BYTES + 1 - size))
+        if not part:
+            return b"".join(parts)
+        size += len(part)
+        if size > MAX_BODY_BYTES:
+            raise RequestEntityTooLarge()
+        parts.append(part)
 
 
 def _json(document: Any, status: int) -> Response:

@@ -30,6 +30,11 @@ LATENCY = Histogram(
     ["kind"],
     buckets=(0.0005, 0.001, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0),
 )
+EXPIRED = Counter(
+    "metronome_webhook_connections_expired_total",
+    "Connections closed because a phase passed its deadline, by phase (handshake, headers, body).",
+    ["phase"],
+)
 CERT_RELOADS = Counter(
     "metronome_webhook_certificate_reloads_total",
     "Serving certificate reloads after the files changed on disk, by result (loaded, kept_previous).",

@@ -1,14 +1,16 @@
 """gunicorn serving the webhook app over TLS.
 
-* ``gthread`` workers: idle keep-alive connections wait in the worker's poller, not in a thread, so
-  the API server's connection pool costs nothing between requests;
+* gevent workers (:mod:`webhooks.worker`): every connection is a greenlet, so idle keep-alive
+  connections and slow or silent clients cost no thread, and the handshake, the headers, the body
+  and every write have deadlines;
 * keep-alive 120 s, above the API server's 90 s idle timeout, so the client (not us) closes idle
   connections and never sends on one we are closing;
 * request bodies over 3 MiB get 413 (Flask's ``MAX_CONTENT_LENGTH``; gunicorn has no body limit);
 * JSON access and error logs on stdout/stderr;
 * graceful shutdown on SIGTERM: requests in flight finish (up to ``graceful_timeout``), kept-alive
   connections are closed;
-* TLS 1.2+ (1.3 preferred) from :mod:`webhooks.tls`, certificates reloaded from disk on change;
+* TLS 1.2+ (1.3 preferred) from :mod:`webhooks.tls`, done by the worker per connection, so
+  certificates reloaded from disk on change are served at once;
 * prometheus multiprocess mode (see :mod:`webhooks.metrics`).
 
 The app is built in each worker after the fork (no preload): informer threads and metric files
@@ -22,7 +24,7 @@ import os
 import ssl
 import sys
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from flask import Flask
 from gunicorn.app.base import BaseApplication
@@ -32,10 +34,7 @@ from webhooks.tls import ReloadingContext
 
 KEEPALIVE_SECONDS = 120
 GRACEFUL_TIMEOUT_SECONDS = 25  # below Kubernetes' default 30 s termination grace period
-# A worker's threads take turns on the GIL. With Python's default 5 ms turn, a request that released
-# the GIL for a TLS read or write can wait up to 5 ms to get it back while another thread computes:
-# that alone would be the whole latency budget. 0.5 ms turns bound that wait.
-GIL_SWITCH_INTERVAL_SECONDS = 0.0005
+WORKER_CONNECTIONS = 1000  # greenlets (connections) per worker
 
 _tls: ReloadingContext | None = None
 
@@ -50,7 +49,6 @@ class ServerConfig:
     host: str = "0.0.0.0"
     port: int = 8443
     workers: int = 2
-    threads: int = 4
     kubeconfig: str | None = None
     access_log: str | None = "-"  # a path, "-" for stdout, None for none
 
@@ -67,16 +65,12 @@ def gunicorn_options(config: ServerConfig) -> dict[str, Any]:
     options: dict[str, Any] = {
         "bind": [config.bind],
         "workers": config.workers,
-        "worker_class": "gthread",
-        "threads": config.threads,
-        "worker_connections": 1000,
+        "worker_class": "webhooks.worker.WebhookWorker",
+        "worker_connections": WORKER_CONNECTIONS,
         "keepalive": KEEPALIVE_SECONDS,
         "timeout": 30,
         "graceful_timeout": GRACEFUL_TIMEOUT_SECONDS,
-        "certfile": config.cert_file,
-        "keyfile": config.key_file,
-        "ssl_context": ssl_context,
-        "post_worker_init": post_worker_init,
+        # No certfile/keyfile: the worker does TLS itself, with the current context per connection.
         "child_exit": child_exit,
         "logger_class": JsonLogger,
         "accesslog": config.access_log,
@@ -91,17 +85,12 @@ def gunicorn_options(config: ServerConfig) -> dict[str, Any]:
     return options
 
 
-def ssl_context(conf: Any, default_factory: Callable[[], ssl.SSLContext]) -> ssl.SSLContext:
-    """gunicorn hook, called for every new connection: the current (possibly reloaded) context."""
+def tls_context(cert_file: str, key_file: str) -> ssl.SSLContext:
+    """The context of a new connection: the current (possibly reloaded) one for these files."""
     global _tls
-    if _tls is None or (_tls.cert_file, _tls.key_file) != (conf.certfile, conf.keyfile):
-        _tls = ReloadingContext(conf.certfile, conf.keyfile, on_reload=_reloaded)
+    if _tls is None or (_tls.cert_file, _tls.key_file) != (cert_file, key_file):
+        _tls = ReloadingContext(cert_file, key_file, on_reload=_reloaded)
     return _tls.context()
-
-
-def post_worker_init(worker: Any) -> None:
-    """gunicorn hook in each worker after it started: shorter GIL turns (see GIL_SWITCH_INTERVAL_SECONDS)."""
-    sys.setswitchinterval(GIL_SWITCH_INTERVAL_SECONDS)
 
 
 def child_exit(server: Any, worker: Any) -> None:
@@ -155,4 +144,9 @@ class WebhookApplication(BaseApplication):  # type: ignore[misc]  # gunicorn shi
 
 def serve(config: ServerConfig) -> None:
     """Run gunicorn in this process until it is stopped (SIGTERM / SIGINT)."""
+    from webhooks.worker import WebhookWorker
+
+    # Class attributes set before the fork: every worker serves these files.
+    WebhookWorker.context_source = staticmethod(tls_context)
+    WebhookWorker.cert_file, WebhookWorker.key_file = config.cert_file, config.key_file
     WebhookApplication(config).run()

@@ -17,15 +17,15 @@ def get(port: int, path: str) -> tuple[int, str]:
 
 
 def test_endpoints() -> None:
-    ready = [False]
+    ready = ["caches not synced"]
     metrics = Metrics(lambda: {"pods": 3})
     metrics.no_fits.labels("InsufficientGPUs").inc()
     metrics.queue_depth.set(7)
     server = HealthServer("127.0.0.1", 0, metrics, healthy=lambda: True, ready=lambda: ready[0]).start()
     try:
         assert get(server.port, "/healthz") == (200, "ok\n")
-        assert get(server.port, "/readyz")[0] == 503
-        ready[0] = True
+        assert get(server.port, "/readyz") == (503, "caches not synced\n")
+        ready[0] = ""
         assert get(server.port, "/readyz") == (200, "ok\n")
         code, text = get(server.port, "/metrics")
         assert code == 200

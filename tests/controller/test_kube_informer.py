@@ -125,3 +125,63 @@ def test_informer_of_a_missing_resource_type_is_synced_and_empty() -> None:
     assert inf.wait_synced(5)
     assert inf.items() == [] and not inf.installed
     inf.stop()
+
+
+def test_a_404_after_a_successful_list_keeps_the_cache() -> None:
+    listed = {"items": [pod("a", 1)], "metadata": {"resourceVersion": "2"}}
+    k = ScriptedKube(lists=[listed, NotFound("gone", 404), NotFound("gone", 404), listed],
+                     watches=[[NotFound("gone", 404)]])
+    inf, seen = run_informer(k)
+    assert inf.get("ns", "a") is not None and ("DELETED", "a") not in seen  # a transient 404 deletes nothing
+    # Missing for longer than the grace period: the type is gone, and its objects with it.
+    k = ScriptedKube(lists=[listed, NotFound("gone", 404), NotFound("gone", 404)], watches=[[NotFound("gone", 404)]])
+    inf, seen = run_informer(k, missing_grace_s=0.0)
+    assert inf.items() == [] and ("DELETED", "a") in seen
+
+
+class _Pool:
+    """Records each request's method and timeout; answers 200 {}."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, Any]] = []
+
+    def request(self, method: str, url: str, **kw: Any) -> Any:
+        self.calls.append((method, kw["timeout"]))
+
+        class Raw:
+            status, data = 200, b"{}"
+
+            def release_conn(self) -> None:
+                pass
+
+        return Raw()
+
+
+def _stub_client(pool: _Pool) -> Any:
+    class Configuration:
+        host = "https://api"
+
+        def auth_settings(self) -> dict[str, Any]:
+            return {}
+
+    class RestClient:
+        pool_manager = pool
+
+    class ApiClient:
+        configuration, rest_client, default_headers = Configuration(), RestClient(), {}
+
+    return ApiClient()
+
+
+def test_a_fenced_client_cuts_write_timeouts_to_the_lease_and_refuses_when_it_is_spent() -> None:
+    pool = _Pool()
+    left = [7.5]
+    k = kube.Kube(_stub_client(pool), request_timeout=30.0).fenced(lambda: left[0])
+    k.patch(kube.PODS, "ns", "p", {"a": 1})
+    k.get(kube.PODS, "ns", "p")
+    assert [(m, t.total) for m, t in pool.calls] == [("PATCH", 7.5), ("GET", 30.0)]
+    left[0] = 0.1
+    with pytest.raises(kube.Fenced, match="lease"):
+        k.create(kube.CLAIMS, {"metadata": {"name": "c", "namespace": "ns"}})
+    k.get(kube.PODS, "ns", "p")  # reads go on (a standby's informers, the writer's refreshes)
+    assert [m for m, _ in pool.calls] == ["PATCH", "GET", "GET"]

@@ -89,3 +89,19 @@ def test_concurrent_takeover_has_one_winner() -> None:
     finally:
         api.get = original_get  # type: ignore[method-assign]
     assert api.obj(kube.LEASES, "ns", "lease")["spec"]["holderIdentity"] == "a"
+
+
+def test_remaining_is_the_time_to_the_renew_deadline() -> None:
+    api, clock = FakeApi(), Clock()
+    a, b = pair(api, clock)
+    assert a.remaining() == 0.0  # never led
+    assert a.try_acquire_or_renew()
+    assert not b.try_acquire_or_renew()  # b sees a's renewal
+    clock.t += 3
+    assert a.remaining() == 7.0
+    clock.t += 7.5
+    assert a.remaining() < 0 and not a.is_leader()
+    clock.t += 4
+    assert not b.try_acquire_or_renew()  # a's writes stopped 4.5 s ago; the lease has not passed yet
+    clock.t += 1  # b takes over only now, 15 s after it saw a's renewal: 5 s after a's fence
+    assert b.try_acquire_or_renew()

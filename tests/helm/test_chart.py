@@ -68,7 +68,7 @@ SCENARIOS: dict[str, dict[str, Any]] = {
 }
 EXPECTED_KINDS = {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "ConfigMap",
                   "Service", "Deployment", "PodDisruptionBudget", "MutatingWebhookConfiguration", "Job",
-                  "QueuePolicy", "Issuer", "Certificate", "ServiceMonitor"}
+                  "QueuePolicy", "Issuer", "Certificate", "ServiceMonitor", "NetworkPolicy"}
 RESTRICTED_VOLUME_TYPES = {"configMap", "csi", "downwardAPI", "emptyDir", "ephemeral", "persistentVolumeClaim",
                            "projected", "secret"}
 
@@ -337,7 +337,8 @@ def _settings(objects: list[dict[str, Any]]) -> tuple[dict[str, Any], dict[str, 
 
 def test_configmaps_pass_settings_through() -> None:
     webhook, controller = _settings(render("defaults"))
-    assert webhook == {"lineRateGbps": 100, "namespaceDefaults": {}, "queueDefaults": {},
+    # maxHyperperiodMs: the controller's, so the webhook refuses exactly what the controller cannot place
+    assert webhook == {"lineRateGbps": 100, "maxHyperperiodMs": 25200, "namespaceDefaults": {}, "queueDefaults": {},
                        "tierLimit": {"enabled": False, "thresholdGbps": 100, "highestTierAllowed": 1},
                        "watch": {"podGroups": True, "claims": True}}
     assert controller == {"slotMs": 5, "maxHyperperiodMs": 25200, "gpuResource": "nvidia.com/gpu",
@@ -376,6 +377,12 @@ def test_chart_owned_controller_settings_cannot_be_overridden() -> None:
     tuned = template({"controller": {"config": {"leaderElection": {"leaseDurationSeconds": 20}}}})
     _, controller = _settings(tuned)
     assert controller["leaderElection"] == {"leaseDurationSeconds": 20, "leaseName": f"{FULL}-controller"}
+
+
+def test_the_webhook_gets_the_controllers_hyperperiod_cap() -> None:
+    webhook, controller = _settings(template({"controller": {"config": {"maxHyperperiodMs": 50400}}}))
+    assert webhook["maxHyperperiodMs"] == controller["maxHyperperiodMs"] == 50400
+    assert "'not' failed" in template_error({"webhook": {"config": {"maxHyperperiodMs": 1000}}})
 
 
 def test_checksums_roll_only_the_component_whose_config_changed() -> None:
@@ -598,7 +605,9 @@ def test_values_schema_is_closed() -> None:
             walk(alternative, path)
 
     walk(values_schema(), "")
-    allowed = re.compile(r"^\.(webhook|controller)\.config(\..*)?$|\.affinity\.(nodeAffinity|podAffinity|podAntiAffinity)$")
+    # Kubernetes' own types the API server validates: affinity terms, NetworkPolicy peers.
+    allowed = re.compile(r"^\.(webhook|controller)\.config(\..*)?$|\.affinity\.(nodeAffinity|podAffinity|podAntiAffinity)$"
+                         r"|^\.networkPolicy\.(webhookFrom|controllerFrom)\[\]\.(ipBlock|namespaceSelector|podSelector)$")
     assert [p for p in open_paths if not allowed.search(p)] == []
 
 
@@ -696,3 +705,26 @@ def test_dashboard_queries_only_documented_metrics() -> None:
     for subject in ("queue depth", "decision latency", "placements", "no-fits", "webhook requests", "webhook latency"):
         assert subject in titles
     assert len({p["id"] for p in dashboard["panels"]}) == len(dashboard["panels"])
+
+
+# ------------------------------------------------------------------------------------- network policy
+
+def test_network_policies_open_only_the_served_ports_and_never_shut_out_the_api_server() -> None:
+    objects = render("defaults")
+    webhook = one(objects, "NetworkPolicy", WEBHOOK)
+    deployment = one(objects, "Deployment", WEBHOOK)
+    assert webhook["spec"]["podSelector"]["matchLabels"].items() <= \
+        deployment["spec"]["template"]["metadata"]["labels"].items()
+    assert webhook["spec"]["policyTypes"] == ["Ingress"]
+    (rule,) = webhook["spec"]["ingress"]
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    assert rule["ports"] == [{"port": container["ports"][0]["containerPort"], "protocol": "TCP"}]
+    assert "from" not in rule  # any source: the API server calls from outside the pod network
+    controller = one(objects, "NetworkPolicy", CONTROLLER)
+    (rule,) = controller["spec"]["ingress"]
+    assert rule["ports"] == [{"port": 8080, "protocol": "TCP"}] and "from" not in rule
+    narrowed = template({"networkPolicy": {"webhookFrom": [{"ipBlock": {"cidr": "10.0.0.0/24"}}]}})
+    assert one(narrowed, "NetworkPolicy", WEBHOOK)["spec"]["ingress"][0]["from"] == [
+        {"ipBlock": {"cidr": "10.0.0.0/24"}}]
+    assert not by_kind(template({"networkPolicy": {"enabled": False}}), "NetworkPolicy")
+    assert "networkPolicy" in template_error({"networkPolicy": {"enabled": True, "webhookFrom": [{"cidr": "x"}]}})

@@ -1,4 +1,4 @@
-"""A real webhook server for the tests: ``volcano-metronome webhook`` (gunicorn, gthread workers) in a
+"""A real webhook server for the tests: ``volcano-metronome webhook`` (gunicorn, gevent workers) in a
 subprocess, over real HTTPS with certificates made by ``volcano_metronome.pki``."""
 
 from __future__ import annotations

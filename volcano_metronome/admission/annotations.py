@@ -20,7 +20,8 @@ from volcano_metronome.catalog import Catalog
 from volcano_metronome.core.errors import InvalidInput
 from volcano_metronome.core.profile import Profile
 
-_NUMBER = re.compile(r"[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?")
+# ASCII digits only: \d would also match e.g. full-width "２００", which float() accepts.
+_NUMBER = re.compile(r"[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?", re.ASCII)
 # A Kubernetes object name (DNS-1123 subdomain): what an STBandwidthClaim may be called.
 _NAME = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")
 WINDOWS_FORM = 'a JSON list of {"start_ms", "len_ms", "gbps"}, e.g. [{"start_ms": 176, "len_ms": 24, "gbps": 80}]'
@@ -150,7 +151,7 @@ def _only(present: Mapping[str, str], allowed: set[str], at: str, expected: str)
 
 
 def _number(present: Mapping[str, str], key: str, at: str, expected: str) -> float:
-    text = present[key].strip()
+    text = present[key].strip(" \t\n\r")
     if not _NUMBER.fullmatch(text):
         raise InvalidInput(at + key, present[key], expected)
     value = float(text)

@@ -11,6 +11,9 @@ Order (the first that applies wins):
    namespace;
 4. otherwise the object is not managed.
 
+A profile the controller could never place (a period beyond its hyperperiod cap, ``core.limits``)
+is an error naming where it came from, whichever of these found it.
+
 When several places carry user annotations they must agree: one gang has one profile.
 """
 
@@ -31,6 +34,7 @@ from volcano_metronome.admission.annotations import (
 )
 from volcano_metronome.admission.settings import Settings, profile_from_camel
 from volcano_metronome.catalog import Catalog, builtin
+from volcano_metronome.core import limits
 from volcano_metronome.core.errors import InvalidInput
 from volcano_metronome.core.profile import Profile
 
@@ -88,14 +92,31 @@ def resolve(places: Sequence[Place], *, namespace: str, queue: str | None, ctx: 
             if theirs.profile != chosen.profile:
                 raise InvalidInput(f"{other.where}: profile annotations", theirs.json,
                                    f"the same profile as {first.where or 'the object'}, {chosen.json} (one gang, one profile)")
-        return chosen
+        return _placeable(chosen, _period_field(first, namespace), ctx.settings)
     for place in places:
         resolved = read_resolved(place.annotations, place.where)
         if resolved is not None:
-            return Resolved(resolved.profile, resolved.source)
+            at = f"{place.where}: {api.PROFILE}" if place.where else api.PROFILE
+            return _placeable(Resolved(resolved.profile, resolved.source), f"{at} period_ms", ctx.settings)
     if defaults:
-        return default_for(namespace, queue, ctx.settings)
+        found = default_for(namespace, queue, ctx.settings)
+        return None if found is None else _placeable(found, f"default profile of {namespace}", ctx.settings)
     return None
+
+
+def _placeable(resolved: Resolved, field: str, settings: Settings) -> Resolved:
+    limits.check_placeable(resolved.profile, settings.max_hyperperiod_ms, field)
+    return resolved
+
+
+def _period_field(place: Place, namespace: str) -> str:
+    """Where the period of a user's profile was written: the annotation, or the model or claim it names."""
+    at = f"{place.where}: " if place.where else ""
+    if api.PERIOD_MS in place.annotations:
+        return at + api.PERIOD_MS
+    if api.MODEL in place.annotations:
+        return f"{at}{api.MODEL} {place.annotations[api.MODEL]!r} period"
+    return f"{at}{api.CLAIM}: STBandwidthClaim {namespace}/{place.annotations.get(api.CLAIM)} spec.profile.periodMs"
 
 
 def default_for(namespace: str, queue: str | None, settings: Settings) -> Resolved | None:

@@ -13,9 +13,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from volcano_metronome.catalog import Catalog, builtin
-from volcano_metronome.core import fields
+from volcano_metronome.core import fields, limits
 from volcano_metronome.core.errors import InvalidInput
-from volcano_metronome.core.profile import MAX_GBPS, Profile
+from volcano_metronome.core.limits import MAX_GBPS
+from volcano_metronome.core.profile import Profile
 
 # camelCase keys of a profile in a settings file or a claim, and the names core.profile uses.
 _CAMEL = {"periodMs": "period_ms", "windows": "windows", "jitterMs": "jitter_ms"}
@@ -44,6 +45,9 @@ class Settings:
     """Everything the admission logic is configured with."""
 
     line_rate_gbps: float = 100.0
+    # The controller's hyperperiod cap (the chart passes the controller's maxHyperperiodMs): a longer
+    # period could never be placed, so it is refused at admission.
+    max_hyperperiod_ms: float = limits.DEFAULT_MAX_HYPERPERIOD_MS
     namespace_defaults: Mapping[str, Profile] = field(default_factory=dict)
     queue_defaults: Mapping[str, Profile] = field(default_factory=dict)
     tier_limit: TierLimit = TierLimit()
@@ -55,10 +59,13 @@ def parse_settings(data: Any, catalog: Catalog | None = None) -> Settings:
     catalog = catalog or builtin()
     if data is None:
         data = {}
-    top = fields.mapping(data, "", {"lineRateGbps", "namespaceDefaults", "queueDefaults", "tierLimit", "watch"})
+    top = fields.mapping(data, "", {"lineRateGbps", "maxHyperperiodMs", "namespaceDefaults", "queueDefaults",
+                                    "tierLimit", "watch"})
     line_rate = fields.number(top.get("lineRateGbps", 100.0), "lineRateGbps")
     if not 0.0 < line_rate <= MAX_GBPS:
         raise InvalidInput("lineRateGbps", line_rate, f"a NIC line rate in Gbps in (0, {MAX_GBPS:g}]")
+    cap = limits.check_cap(fields.number(top.get("maxHyperperiodMs", limits.DEFAULT_MAX_HYPERPERIOD_MS),
+                                         "maxHyperperiodMs"))
     defaults = {}
     for key in ("namespaceDefaults", "queueDefaults"):
         entries = fields.mapping(_or_empty(top.get(key)), key, None)
@@ -66,6 +73,8 @@ def parse_settings(data: Any, catalog: Catalog | None = None) -> Settings:
             if not isinstance(name, str) or not name:
                 raise InvalidInput(key, name, "names (strings) as keys")
         defaults[key] = {name: parse_profile(value, f"{key}.{name}", catalog, line_rate) for name, value in entries.items()}
+        for name, profile in defaults[key].items():
+            limits.check_placeable(profile, cap, f"{key}.{name}.periodMs")
     tier = fields.mapping(_or_empty(top.get("tierLimit")), "tierLimit", {"enabled", "thresholdGbps", "highestTierAllowed"})
     threshold = fields.number(tier.get("thresholdGbps", 100.0), "tierLimit.thresholdGbps")
     if threshold < 0:
@@ -73,6 +82,7 @@ def parse_settings(data: Any, catalog: Catalog | None = None) -> Settings:
     watch = fields.mapping(_or_empty(top.get("watch")), "watch", {"podGroups", "claims"})
     return Settings(
         line_rate_gbps=line_rate,
+        max_hyperperiod_ms=cap,
         namespace_defaults=defaults["namespaceDefaults"],
         queue_defaults=defaults["queueDefaults"],
         tier_limit=TierLimit(

@@ -19,7 +19,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--host", default="0.0.0.0", help="address to listen on (default 0.0.0.0)")
     parser.add_argument("--port", type=int, default=8443, help="HTTPS port (default 8443)")
     parser.add_argument("--workers", type=int, default=2, help="worker processes (default 2)")
-    parser.add_argument("--threads", type=int, default=4, help="threads per worker (default 4)")
+    parser.add_argument("--threads", type=int, default=4,
+                        help="ignored, kept for old command lines: gevent workers serve every connection in a "
+                             "greenlet of their own")
     parser.add_argument("--config", help="settings YAML file (see docs/webhook.md); default: built-in defaults")
     parser.add_argument("--kubeconfig", help="kubeconfig for the PodGroup/claim caches (default: in-cluster)")
     parser.add_argument("--metrics-dir", help="directory for the worker processes' metric files "
@@ -42,6 +44,13 @@ def run(args: argparse.Namespace) -> int:
     cert_file = str(pathlib.Path(args.cert_dir) / args.cert_file)
     key_file = str(pathlib.Path(args.cert_dir) / args.key_file)
     _check_certificate(cert_file, key_file)
+    # The workers are gevent's: socket and ssl must be patched before the Kubernetes client (urllib3)
+    # takes references to them, which the check below does here, before the workers fork (patching
+    # ssl afterwards leaves urllib3 with the unpatched classes: RecursionError in every watch).
+    from gevent import monkey
+
+    monkey.patch_socket()
+    monkey.patch_ssl()
     if settings.watch.pod_groups or settings.watch.claims:
         from volcano_metronome import kube
 
@@ -51,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
     from webhooks.server import ServerConfig, serve
 
     serve(ServerConfig(cert_file=cert_file, key_file=key_file, settings=settings, host=args.host, port=args.port,
-                       workers=args.workers, threads=args.threads, kubeconfig=args.kubeconfig,
+                       workers=args.workers, kubeconfig=args.kubeconfig,
                        access_log=None if args.access_log == "off" else args.access_log))
     return 0
 

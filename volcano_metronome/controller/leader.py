@@ -6,6 +6,13 @@ our own monotonic clock, so clock skew between machines does not matter). The le
 ``retry_period``; if it has not renewed successfully for ``renew_deadline`` it stops leading
 (``on_lost``), strictly before another candidate may take over (renew deadline < lease duration).
 Updates are conditional on the lease's resourceVersion, so two candidates never both win.
+
+Fencing: :meth:`LeaderElector.remaining` is the time our writes may still take. A standby takes
+over no sooner than ``leaseDurationSeconds`` after it first saw our last renewal, which it cannot
+see before we sent it, so from the moment we sent our last successful renew we lead for at least
+the lease duration. Writes are fenced a margin earlier, at the renew deadline (the controller's
+client cuts every write's timeout to ``remaining()`` and sends none once it is spent), so a write of
+ours never lands after the lease could have passed, whatever the API server's latency up to that margin.
 """
 
 from __future__ import annotations
@@ -57,6 +64,13 @@ class LeaderElector:
         """True while we hold the lease and renewed it within the renew deadline."""
         with self._lock:
             return self._last_renew is not None and self._clock() - self._last_renew < self.config.renew_deadline_s
+
+    def remaining(self) -> float:
+        """Seconds our writes may still take before the lease could pass to another replica (<= 0: none)."""
+        with self._lock:
+            if self._last_renew is None:
+                return 0.0
+            return self._last_renew + self.config.renew_deadline_s - self._clock()
 
     # -- one attempt
     def try_acquire_or_renew(self) -> bool:

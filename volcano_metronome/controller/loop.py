@@ -33,6 +33,9 @@ from volcano_metronome.core.decision import Decision, NoFit
 
 log = logging.getLogger("volcano_metronome.controller")
 
+#: Consecutive cycles that raised after which the controller reports not ready (/readyz 503).
+FAILING_CYCLES = 3
+
 BOUND_PODS = "bound-pods"
 BOUND_SELECTOR = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"
 
@@ -85,6 +88,7 @@ class Controller:
         self.writer = Writer(api_, self.overlay, settings.write_concurrency, self.identity, after_write, may_write)
         self.dirty = threading.Event()
         self.heartbeat = monotonic()
+        self.failing = 0  # consecutive cycles that raised
         self._last_reopt: dict[str, float] = {}
         self._network: tuple[str, ...] | None = None
         self.last_world: World | None = None
@@ -198,8 +202,11 @@ class Controller:
             self.dirty.clear()
             try:
                 _, outcome = self.cycle()
+                self.failing = 0
             except Exception:  # noqa: BLE001 - a bug in one cycle must not stop the controller
                 log.exception("cycle failed")
+                self.failing += 1
+                self.metrics.cycle_failures.inc()
                 outcome = Outcome(errors=1)
             if outcome.errors or outcome.conflicts or outcome.failed:
                 stop.wait(backoff if outcome.errors else 0.05)
@@ -245,7 +252,9 @@ def serve(k: kube.Kube, settings: Settings, options: ServeOptions, stop: threadi
         elector = LeaderElector(k, LeaseConfig(settings.lease_namespace, le.lease_name, identity,
                                                le.lease_duration_s, le.renew_deadline_s, le.retry_period_s),
                                 on_lost=on_lost)
-    controller = Controller(k, informers, settings, identity=identity, metrics=metrics,
+    # Writes through a fenced client: none is sent, or waited for, past the renew deadline.
+    writes = k.fenced(elector.remaining) if elector is not None else k
+    controller = Controller(writes, informers, settings, identity=identity, metrics=metrics,
                             after_write=_fault(options.exit_after_writes),
                             may_write=elector.is_leader if elector is not None else None)
     wake.append(controller.notify)
@@ -270,7 +279,7 @@ def serve(k: kube.Kube, settings: Settings, options: ServeOptions, stop: threadi
     server = None
     if options.health:
         server = HealthServer(settings.bind_address, settings.health_port, metrics, healthy,
-                              lambda: synced.is_set() and all(i.synced for i in informers.values())).start()
+                              lambda: not_ready(controller, informers, synced)).start()
         log.info("health and metrics on %s:%d", settings.bind_address, server.port)
     try:
         for inf in informers.values():
@@ -304,6 +313,15 @@ def serve(k: kube.Kube, settings: Settings, options: ServeOptions, stop: threadi
             server.stop()
         if lost.is_set():
             log.error("lease lost: exiting")
+
+
+def not_ready(controller: Controller, informers: Mapping[str, kube.Informer], synced: threading.Event) -> str:
+    """Why the controller is not ready ("" when it is): caches not synced, or its cycles keep failing."""
+    if not synced.is_set() or not all(i.synced for i in informers.values()):
+        return "caches not synced"
+    if controller.failing >= FAILING_CYCLES:
+        return f"the last {controller.failing} cycles failed (see the log and metronome_controller_cycle_failures_total)"
+    return ""
 
 
 def _fault(after: int | None) -> Callable[[], None] | None:

@@ -62,6 +62,8 @@ class Metrics:
                                    registry=r)
         self.writes = Counter(f"{_PREFIX}_writes", "API writes by kind and result", ["kind", "result"], registry=r)
         self.ungated_pods = Counter(f"{_PREFIX}_ungated_pods", "Pods whose scheduling gate we removed", registry=r)
+        self.cycle_failures = Counter(f"{_PREFIX}_cycle_failures", "Cycles that raised (nothing was written)",
+                                      registry=r)
         self.leader = Gauge(f"{_PREFIX}_leader", "1 while this replica holds the lease", registry=r)
         if watch_restarts is not None:
             r.register(_WatchRestarts(watch_restarts))
@@ -72,10 +74,13 @@ class Metrics:
 
 
 class HealthServer:
-    """/healthz (the loop is alive), /readyz (caches synced), /metrics, in a daemon thread."""
+    """/healthz (the loop is alive), /readyz (caches synced, cycles succeeding), /metrics, in a daemon thread.
+
+    ``ready`` returns "" when ready, else why not (the body of the 503).
+    """
 
     def __init__(self, bind: str, port: int, metrics: Metrics, healthy: Callable[[], bool],
-                 ready: Callable[[], bool]) -> None:
+                 ready: Callable[[], str]) -> None:
         outer = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -87,8 +92,8 @@ class HealthServer:
                     ok = outer.healthy()
                     self._send(200 if ok else 500, b"ok\n" if ok else b"loop stalled\n")
                 elif path == "/readyz":
-                    ok = outer.ready()
-                    self._send(200 if ok else 503, b"ok\n" if ok else b"caches not synced\n")
+                    why = outer.ready()
+                    self._send(503 if why else 200, (why or "ok").encode() + b"\n")
                 else:
                     self._send(404, b"not found\n")
 

@@ -508,11 +508,16 @@ def _profile(key: GangKey, obj: Mapping[str, Any] | None, pods: Sequence[PodView
     return None, ""
 
 
+def _count(text: Any) -> bool:
+    """Whether ``text`` is a gang size: ASCII digits only (``"２００".isdigit()`` is true), of sane length."""
+    return isinstance(text, str) and text.isascii() and text.isdigit() and len(text) <= 10
+
+
 def _size(key: GangKey, obj: Mapping[str, Any] | None, pods: Sequence[PodView], resource: str) -> tuple[int, int]:
     pod_gpm = max((p.gpus for p in pods), default=None)
     declared: int | None = None
     ann = objects.annotations_of(obj) if obj is not None else {}
-    if ann.get(api.GANG_SIZE, "").isdigit():
+    if _count(ann.get(api.GANG_SIZE)):
         declared = int(ann[api.GANG_SIZE])
     if key.kind == WORKLOAD and obj is not None:
         sets = (obj.get("spec") or {}).get("podSets") or []
@@ -529,7 +534,7 @@ def _size(key: GangKey, obj: Mapping[str, Any] | None, pods: Sequence[PodView], 
             pod_gpm = objects.whole(total / members)
     if declared is None:
         sizes = [int(p.obj["metadata"]["annotations"][api.GANG_SIZE]) for p in pods
-                 if str(objects.annotations_of(p.obj).get(api.GANG_SIZE, "")).isdigit()]
+                 if _count(objects.annotations_of(p.obj).get(api.GANG_SIZE))]
         declared = max(sizes) if sizes else len(pods)
     return max(1, declared, len(pods)), pod_gpm or 0
 

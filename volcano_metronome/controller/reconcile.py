@@ -51,11 +51,13 @@ from volcano_metronome.controller.observe import (GANG_API_VERSIONS, RELEASED, C
                                                   World)
 from volcano_metronome.controller.policy import QueuePolicyView
 from volcano_metronome.controller.settings import Settings
-from volcano_metronome.core.cycle import commit, schedule
+from volcano_metronome.core.cycle import commit
 from volcano_metronome.core.decision import Decision, NoFit
+from volcano_metronome.core.decision import decide as core_decide
 from volcano_metronome.core.errors import InvalidInput
 from volcano_metronome.core.grid import lay_out
-from volcano_metronome.core.model import Policy
+from volcano_metronome.core.model import Gang, Policy
+from volcano_metronome.core.ordering import order
 from volcano_metronome.core.placement import member_room
 from volcano_metronome.core.reoptimize import Move, reoptimise
 from volcano_metronome.core.snapshot import Snapshot
@@ -65,6 +67,9 @@ PLACED, NOFIT, RECONFIGURED = "Placed", "NoFit", "Reconfigured"
 LOCKED, UNLOCKED = "Locked", "Unlocked"
 DRIFTED, OUTSIDE_NODE_SET, AS_DECIDED = "Drifted", "BoundOutsideNodeSet", "AsDecided"
 PER_POD, CACHE_RISK, SHARED_PER_ROLE = "PerPodConstraints", "VolcanoPredicateErrorCache", "SharedPerRole"
+# A gang the core could not decide (its input is one no decision exists for, or the core failed on it):
+# reported like a no-fit (claim condition, Event, metric) under its own category; other gangs go on.
+UNDECIDABLE, UNDECIDABLE_PREFIX = "Undecidable", "cannot be decided: "
 
 
 # --------------------------------------------------------------------------------------------- writes
@@ -256,13 +261,30 @@ def decide(world: World, settings: Settings, now_s: float) -> Decided:
         gangs = []
         for g in group:
             try:
-                gangs.append(g.core_gang())
+                gang = g.core_gang()
+                lay_out(gang.profile, snap.grid)  # a profile the grid cannot hold fails here, alone
+                gangs.append(gang)
             except InvalidInput as exc:
-                results[g.uid] = NoFit(g.uid, str(exc))
+                results[g.uid] = NoFit(g.uid, f"{UNDECIDABLE_PREFIX}{exc}")
         pol = core_policy(world, name, settings)
-        for result in schedule(snap, gangs, pol, now_s):
-            results[result.uid] = result
+        for gang in order(gangs, pol, now_s):
+            results[gang.uid] = _decide_one(snap, gang, pol)
     return Decided(results, tuple(warnings), _locks(snap, results))
+
+
+def _decide_one(snap: Snapshot, gang: Gang, pol: Policy) -> Decision | NoFit:
+    """``core.cycle.schedule`` for one gang, isolated: whatever the core raises for this gang is this
+    gang's no-fit, never the cycle's failure (every other gang is still decided)."""
+    try:
+        result = core_decide(snap, gang, pol)
+    except Exception as exc:  # noqa: BLE001 - one gang's bad input or a core bug must not stop the others
+        return NoFit(gang.uid, f"{UNDECIDABLE_PREFIX}{type(exc).__name__}: {exc}")
+    if isinstance(result, Decision):
+        try:
+            commit(snap, gang, result)
+        except Exception as exc:  # noqa: BLE001 - as above; assume() checks before it changes the snapshot
+            return NoFit(gang.uid, f"{UNDECIDABLE_PREFIX}{type(exc).__name__}: {exc}")
+    return result
 
 
 def _locks(snap: Snapshot, results: Mapping[str, Decision | NoFit]) -> dict[str, str]:
@@ -618,7 +640,7 @@ def _no_fit(gang: GangView, reason: str, world: World, now_s: float, reported: M
     if not announced:
         after.append(Event(_regarding(gang), NOFIT, reason, "Warning"))
     if gang.check is not None and gang.obj is not None:
-        state = "Rejected" if _never_fits(gang, world) else "Retry"
+        state = "Rejected" if category == UNDECIDABLE or _never_fits(gang, world) else "Retry"
         if gang.check.state != state or gang.check.message != reason:
             after.insert(0, _check(gang, state, reason, now_s))
     return GangWrites(str(gang.key), tuple(claim_writes), (), tuple(after))
@@ -627,6 +649,8 @@ def _no_fit(gang: GangView, reason: str, world: World, now_s: float, reported: M
 def no_fit_category(reason: str) -> str:
     """A short, bounded label for a no-fit reason (metrics and condition reasons)."""
     text = reason.lower()
+    if reason.startswith(UNDECIDABLE_PREFIX):
+        return UNDECIDABLE
     if text.startswith("insufficient gpus"):
         return "InsufficientGPUs"
     if text.startswith("priority protection"):

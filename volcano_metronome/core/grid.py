@@ -15,11 +15,11 @@ from functools import cached_property
 
 import numpy as np
 
+from volcano_metronome.core import limits
 from volcano_metronome.core.errors import InvalidInput
+from volcano_metronome.core.limits import DEFAULT_MAX_HYPERPERIOD_SLOTS as DEFAULT_MAX_HYPERPERIOD_SLOTS
+from volcano_metronome.core.limits import DEFAULT_SLOT_MS as DEFAULT_SLOT_MS
 from volcano_metronome.core.profile import Profile
-
-DEFAULT_SLOT_MS = 5.0
-DEFAULT_MAX_HYPERPERIOD_SLOTS = 5040
 
 
 @dataclass(frozen=True)
@@ -49,10 +49,13 @@ class SlotGrid:
     max_hyperperiod_slots: int = DEFAULT_MAX_HYPERPERIOD_SLOTS
 
     def __post_init__(self) -> None:
-        if not (isinstance(self.slot_ms, (int, float)) and 0.1 <= self.slot_ms <= 1000.0):
-            raise InvalidInput("slot_ms", self.slot_ms, "a number of milliseconds in [0.1, 1000]")
-        if not (isinstance(self.max_hyperperiod_slots, int) and 1 <= self.max_hyperperiod_slots <= 100_000):
-            raise InvalidInput("max_hyperperiod_slots", self.max_hyperperiod_slots, "an integer in [1, 100000]")
+        if not (isinstance(self.slot_ms, (int, float)) and limits.MIN_SLOT_MS <= self.slot_ms <= limits.MAX_SLOT_MS):
+            raise InvalidInput("slot_ms", self.slot_ms,
+                               f"a number of milliseconds in [{limits.MIN_SLOT_MS:g}, {limits.MAX_SLOT_MS:g}]")
+        if not (isinstance(self.max_hyperperiod_slots, int)
+                and 1 <= self.max_hyperperiod_slots <= limits.MAX_HYPERPERIOD_SLOTS):
+            raise InvalidInput("max_hyperperiod_slots", self.max_hyperperiod_slots,
+                               f"an integer in [1, {limits.MAX_HYPERPERIOD_SLOTS}]")
 
     @classmethod
     def from_ms(cls, slot_ms: float = DEFAULT_SLOT_MS, max_hyperperiod_ms: float | None = None) -> "SlotGrid":
@@ -81,8 +84,7 @@ class SlotGrid:
         exact = period_ms / self.slot_ms
         index = int(np.searchsorted(self.periods, exact - 1e-9, side="left"))
         if index >= len(self.periods):
-            raise InvalidInput(field, period_ms,
-                               f"at most the hyperperiod cap {self.max_hyperperiod_ms:g} ms (raise max_hyperperiod_ms)")
+            raise limits.beyond_cap(field, period_ms, self.max_hyperperiod_ms)
         return SnappedPeriod(int(self.periods[index]), period_ms, self.slot_ms)
 
     def slots(self, ms: float) -> int:

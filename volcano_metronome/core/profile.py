@@ -7,13 +7,9 @@ from typing import Any, Mapping
 
 from volcano_metronome.core.errors import InvalidInput
 from volcano_metronome.core.fields import number
-
-#: Largest rate any window may ask for; 1.6 Tbps is above every NIC sold today.
-MAX_GBPS = 1600.0
-#: Longest period accepted before grid snapping (the grid may cap it further).
-MAX_PERIOD_MS = 3_600_000.0
-#: Most windows per period (the STBandwidthClaim CRD's maxItems, which bounds its CEL cost).
-MAX_WINDOWS = 32
+from volcano_metronome.core.limits import MAX_GBPS as MAX_GBPS
+from volcano_metronome.core.limits import MAX_PERIOD_MS as MAX_PERIOD_MS
+from volcano_metronome.core.limits import MAX_WINDOWS as MAX_WINDOWS
 
 
 @dataclass(frozen=True)

@@ -151,3 +151,12 @@ the objects it renders (the Lease RBAC is limited to one name; probes and Servic
 {{- $owned := dict "namespace" .Release.Namespace "healthPort" 8080 "leaderElection" (dict "leaseName" (include "metronome.leaseName" .)) -}}
 {{- toYaml (mergeOverwrite (deepCopy .Values.controller.config) $owned) -}}
 {{- end -}}
+
+{{/*
+The webhook's settings: its values plus the controller's hyperperiod cap, so that the webhook refuses
+exactly the periods the controller could never place (one source: controller.config.maxHyperperiodMs).
+*/}}
+{{- define "metronome.webhookConfig" -}}
+{{- $cap := dict "maxHyperperiodMs" (.Values.controller.config.maxHyperperiodMs | default 25200) -}}
+{{- toYaml (mergeOverwrite (deepCopy .Values.webhook.config) $cap) -}}
+{{- end -}}

@@ -1,0 +1,191 @@
+"""The webhook's gunicorn worker: gevent, with every phase of a connection bounded in time.
+
+gthread gives a connection a thread as soon as its first byte arrives, then blocks that thread in
+the TLS handshake or in reads with no timeout: eight clients that send one byte and stop stall a
+worker (issue 13). Here every connection is a greenlet (a few KiB), so a slow or idle client costs
+no thread, and each phase of a connection has a deadline after which it is closed:
+
+* the TLS handshake: ``HANDSHAKE_SECONDS`` from accept (the context comes from
+  :mod:`webhooks.tls` per connection, so a rotated certificate is served without a restart);
+* idle between requests (keep-alive): the ``keepalive`` setting (120 s, above the API server's
+  90 s idle timeout, so the client closes first); a worker that is stopping closes idle
+  connections within ``IDLE_POLL_SECONDS``;
+* request line and headers: ``HEADERS_SECONDS`` from their first byte;
+* the body: ``BODY_SECONDS`` from the end of the headers (the API server sends it at once);
+* each write: ``WRITE_SECONDS``.
+
+Admission is CPU work that does not yield, so a worker computes one review at a time; reviews
+take milliseconds, which is what keeps probes answered within a second (the fault suite measures
+it with 50 slow connections open).
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import socket
+import ssl
+import time
+from typing import Any, Callable
+
+import gevent
+from gunicorn import http, util
+from gunicorn.workers.ggevent import GeventWorker
+
+HANDSHAKE_SECONDS = 5.0
+HEADERS_SECONDS = 10.0
+BODY_SECONDS = 10.0
+WRITE_SECONDS = 10.0
+IDLE_POLL_SECONDS = 1.0
+DRAIN_BYTES = 64 * 1024  # unread body a connection may drain to serve another request
+
+log = logging.getLogger("volcano_metronome.webhook")
+
+#: ``(cert_file, key_file) -> SSLContext`` for a new connection; set by webhooks.server.
+ContextSource = Callable[[str, str], ssl.SSLContext]
+
+
+class Expired(TimeoutError):
+    """A phase of the connection passed its deadline: the connection is closed."""
+
+    def __init__(self, phase: str) -> None:
+        super().__init__(f"{phase} not received in time")
+        self.phase = phase
+
+
+class Paced:
+    """The connection as the request parser reads it: each read waits at most until the phase's deadline."""
+
+    def __init__(self, sock: ssl.SSLSocket, keepalive: float, alive: Callable[[], bool]) -> None:
+        self.sock = sock
+        self.keepalive = keepalive
+        self.alive = alive
+        self.phase = "idle"
+        self.deadline = 0.0
+        self.expired = ""  # the phase that ran out of time (the app may have caught the error)
+
+    def idle(self) -> None:
+        """Wait for the next request: up to the keep-alive time, then its headers are timed."""
+        self.phase = "idle"
+
+    def body(self) -> None:
+        """The headers are in: the body must follow within ``BODY_SECONDS``."""
+        self.phase, self.deadline = "body", time.monotonic() + BODY_SECONDS
+
+    def recv(self, size: int) -> bytes:
+        """One read of at most ``size`` bytes within the current phase's time."""
+        try:
+            if self.phase == "idle":
+                data = self._idle_recv(size)
+                self.phase, self.deadline = "headers", time.monotonic() + HEADERS_SECONDS
+                return data
+            left = self.deadline - time.monotonic()
+            if left <= 0:
+                self.expired = self.phase
+                raise Expired(self.phase)
+            self.sock.settimeout(left)
+            try:
+                return self.sock.recv(size)
+            except (socket.timeout, TimeoutError):
+                self.expired = self.phase
+                raise Expired(self.phase) from None
+        finally:
+            self.sock.settimeout(WRITE_SECONDS)  # what the response's writes get
+
+    def _idle_recv(self, size: int) -> bytes:
+        if self.sock.pending():
+            return self.sock.recv(size)
+        end = time.monotonic() + self.keepalive
+        while True:
+            if not self.alive():
+                return b""  # stopping: an idle connection ends as if the client closed it
+            left = end - time.monotonic()
+            if left <= 0:
+                return b""  # keep-alive over
+            self.sock.settimeout(min(IDLE_POLL_SECONDS, left))
+            try:
+                return self.sock.recv(size)
+            except (socket.timeout, TimeoutError):
+                continue
+
+
+class WebhookWorker(GeventWorker):  # type: ignore[misc]  # gunicorn ships no type hints
+    """gevent worker that does TLS itself (per-connection context) and bounds every phase in time."""
+
+    #: How the worker gets the TLS context of a new connection (set by webhooks.server before forking).
+    context_source: ContextSource | None = None
+    cert_file = ""
+    key_file = ""
+
+    def handle(self, listener: Any, client: socket.socket, addr: Any) -> None:
+        """Serve one connection: handshake, then requests until the client, a deadline or shutdown ends it."""
+        req = None
+        tls: ssl.SSLSocket | None = None
+        try:
+            client.setblocking(True)
+            tls = self._handshake(client)
+            conn = Paced(tls, float(self.cfg.keepalive), lambda: bool(self.alive))
+            parser = http.RequestParser(self.cfg, conn, addr)
+            listener_name = listener.getsockname()
+            while True:
+                conn.idle()
+                req = next(parser)
+                if not req:
+                    break
+                req.scheme = "https"
+                conn.body()
+                self.handle_request(listener_name, req, tls, addr)
+                if conn.expired:  # the app answered a body that ran out of time (400): no more requests here
+                    raise Expired(conn.expired)
+                if not _drained(req):
+                    break  # a body left unread (413): close rather than read megabytes nobody will use
+                req = None
+        except StopIteration:
+            pass  # the client closed, or the response said Connection: close
+        except http.errors.NoMoreData:
+            pass
+        except (Expired, gevent.Timeout) as exc:
+            phase = exc.phase if isinstance(exc, Expired) else "handshake"
+            log.debug("closing a connection from %s: %s not received in time", addr, phase)
+            _count_expired(phase)
+        except ssl.SSLError as exc:
+            log.debug("TLS error from %s: %s", addr, exc)
+        except OSError as exc:
+            if exc.errno not in (errno.EPIPE, errno.ECONNRESET, errno.ENOTCONN, None):
+                log.warning("socket error from %s: %s", addr, exc)
+        except Exception as exc:  # noqa: BLE001 - a malformed request: gunicorn answers 400 and logs
+            self.handle_error(req, tls or client, addr, exc)
+        finally:
+            if tls is not None:
+                util.close(tls)
+            util.close(client)
+
+    def _handshake(self, client: socket.socket) -> ssl.SSLSocket:
+        source = type(self).context_source
+        assert source is not None, "webhooks.server sets WebhookWorker.context_source"
+        context = source(self.cert_file, self.key_file)
+        tls = context.wrap_socket(client, server_side=True, do_handshake_on_connect=False,
+                                  suppress_ragged_eofs=True)
+        with gevent.Timeout(HANDSHAKE_SECONDS):
+            tls.do_handshake()
+        return tls
+
+
+def _drained(req: Any) -> bool:
+    """Read what is left of the request body, up to ``DRAIN_BYTES``; whether it ended."""
+    declared = getattr(getattr(req.body, "reader", None), "length", None)  # what a Content-Length body has left
+    if isinstance(declared, int) and declared > DRAIN_BYTES:
+        return False
+    left = DRAIN_BYTES
+    while left > 0:
+        data = req.body.read(min(8192, left))
+        if not data:
+            return True
+        left -= len(data)
+    return False
+
+
+def _count_expired(phase: str) -> None:
+    from webhooks.metrics import EXPIRED
+
+    EXPIRED.labels(phase).inc()
