@@ -23,7 +23,7 @@ class Spec:
     periods: float = 20.0  # length of the trace in periods
     hz: float = 1000.0
     jitter_ms: float = 0.0  # every burst of iteration k starts late by u_k x jitter_ms, u_k ~ U[0, 1)
-    rate_noise: float = 0.0  # every burst's rate is multiplied by max(0, 1 + N(0, rate_noise))
+    rate_noise: float = 0.0  # every burst's rate is multiplied by max(0, 1 + N(0, rate_noise)), centred
     background_gbps: float = 0.0  # mean rate of random background traffic (exponential bytes per sample)
     irregular: float = 0.0  # sampling intervals uniform in (1 +- irregular) / hz
     phase_ms: float = 0.0  # the first iteration starts this long before the first sample
@@ -36,13 +36,18 @@ def samples(spec: Spec, seed: int) -> tuple[np.ndarray, np.ndarray]:
     n = int(span_s * spec.hz) + 1
     steps = (1.0 + spec.irregular * rng.uniform(-1.0, 1.0, n - 1)) / spec.hz
     times = np.concatenate(([0.0], np.cumsum(steps)))
+    iterations = np.arange(-1, int(np.ceil(spec.periods)) + 2)
+    late = rng.uniform(size=iterations.size) * spec.jitter_ms
+    # Centred so that over the whole iterations inside the trace each window's mean rate is its nominal one.
+    factors = rng.normal(0.0, spec.rate_noise, size=(iterations.size, len(spec.windows)))
+    inside = (iterations >= 1) & (iterations < int(spec.periods) - 1)
+    factors = np.maximum(0.0, 1.0 + factors - factors[inside].mean(axis=0))
     starts, lens, rates = [], [], []
-    for k in range(-1, int(np.ceil(spec.periods)) + 2):
-        late = rng.uniform() * spec.jitter_ms
-        for start_ms, len_ms, gbps in spec.windows:
-            starts.append((k * spec.period_ms + start_ms + late - spec.phase_ms) / 1000.0)
+    for i, k in enumerate(iterations):
+        for w, (start_ms, len_ms, gbps) in enumerate(spec.windows):
+            starts.append((k * spec.period_ms + start_ms + late[i] - spec.phase_ms) / 1000.0)
             lens.append(len_ms / 1000.0)
-            rates.append(gbps * max(0.0, 1.0 + rng.normal(0.0, spec.rate_noise)) * 1e9 / 8.0)  # bytes/s
+            rates.append(gbps * factors[i, w] * 1e9 / 8.0)  # bytes/s
     s, l, r = np.array(starts), np.array(lens), np.array(rates)
     counter = np.zeros(n)
     for lo in range(0, n, 4096):

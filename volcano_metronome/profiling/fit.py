@@ -28,7 +28,7 @@ from volcano_metronome.core.profile import MAX_GBPS, MAX_WINDOWS, Profile, Windo
 from volcano_metronome.profiling import period as periods
 from volcano_metronome.profiling.fold import align, explained, fold
 from volcano_metronome.profiling.trace import Trace, uniform
-from volcano_metronome.profiling.windows import Burst, bursts
+from volcano_metronome.profiling.windows import Burst, bursts, quietest
 
 #: Fewest periods a trace must cover.
 MIN_PERIODS = 5
@@ -96,11 +96,14 @@ def fit(trace: Trace) -> Fit | Refusal:
         return Refusal("too-short", f"the traffic repeats about every {period_ms:.4g} ms but the trace covers "
                                     f"{trace.span_s:.4g} s, {cover:.3g} periods; at least {MIN_PERIODS} are needed: "
                                     f"record {MIN_PERIODS * period_ms / 1000.0:.3g} s or more")
-    folded = fold(rate.gbps, found.period)
+    first = fold(rate.gbps, found.period)
+    # Rows begin in the middle of the longest quiet stretch, so no burst straddles two rows.
+    series = rate.gbps[int(round(quietest(first.profile()) * found.period / first.bins)):]
+    folded = fold(series, found.period)
     aligned = align(folded)
     drift = _trend(aligned.lateness, folded.bins)[0]
     if drift != 0.0:  # the bursts' own timing pins the mean iteration down better than the autocorrelation
-        folded = fold(rate.gbps, found.period * (1.0 + drift / folded.bins))
+        folded = fold(series, found.period * (1.0 + drift / folded.bins))
         aligned = align(folded)
         period_ms = folded.period * dt_ms
     found_bursts, baseline = bursts(aligned.profile, aligned.stderr)

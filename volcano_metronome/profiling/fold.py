@@ -14,6 +14,10 @@ from dataclasses import dataclass
 import numpy as np
 
 
+#: Bins over which rows are averaged before copies are compared (sub-sample edge shapes cancel out).
+SMOOTH_BINS = 5
+
+
 @dataclass(frozen=True, eq=False)
 class Folded:
     """``rows[k, b]``: mean rate in phase bin ``b`` of iteration ``k`` (NaN where no sample fell)."""
@@ -95,15 +99,27 @@ def align(folded: Folded, rounds: int = 2) -> Aligned:
         right = corr[np.arange(iterations), (peak + 1) % bins]
         lateness = peak + _vertices(left, centre, right)
         lateness = np.where(lateness > bins / 2, lateness - bins, lateness)
-        whole = np.rint(lateness).astype(np.int64)
-        index = (np.arange(bins)[None, :] + whole[:, None]) % bins
-        shifted = np.take_along_axis(rows, index, axis=1)
+        shifted = _shift_back(rows, lateness)
         template = shifted.mean(axis=0)
     stderr = shifted.std(axis=0, ddof=1) / np.sqrt(iterations) if iterations > 1 else np.zeros(bins)
     return Aligned(shifted, template, stderr, lateness)
 
 
-def repeats_within(folded: Folded, parts: int, *, materiality: float = 0.03, significance: float = 9.0) -> bool:
+def _shift_back(rows: np.ndarray, lateness: np.ndarray) -> np.ndarray:
+    """Row ``k`` read from ``lateness[k]`` bins on (circularly), linear between bins.
+
+    Whole-bin shifts would leave each row's sub-bin offset behind, and those offsets cycle with the
+    iterations when the period is near a ratio of whole samples; linear interpolation has no ringing.
+    """
+    bins = rows.shape[1]
+    whole = np.floor(lateness).astype(np.int64)
+    fraction = (lateness - whole)[:, None]
+    index = (np.arange(bins)[None, :] + whole[:, None]) % bins
+    return (1.0 - fraction) * np.take_along_axis(rows, index, axis=1) + \
+        fraction * np.take_along_axis(rows, (index + 1) % bins, axis=1)
+
+
+def repeats_within(folded: Folded, parts: int, *, materiality: float = 0.08) -> bool:
     """Whether every ``parts``-th iteration of ``folded`` is alike, up to noise and to a material difference.
 
     ``False`` means the true period is ``parts`` times the folded one: iterations ``k`` and
@@ -112,12 +128,21 @@ def repeats_within(folded: Folded, parts: int, *, materiality: float = 0.03, sig
     ``k mod parts``. The groups' mean profiles differ *significantly* when their spread is more than
     ``significance`` times what the variation within the groups explains, and *materially* when its
     RMS is more than ``materiality`` of the profile's standard deviation. Only a significant and
-    material difference says the copies differ.
+    material difference says the copies differ. Rows are smoothed over five bins first: where the
+    period is close to a ratio of whole samples, the sampling grid falls on the edges at a phase
+    that cycles with the iterations, and the edge shapes that leaves (bytes moved by a fraction of a
+    bin, after alignment) are not traffic.
+
+    The significance bound is the 0.999 quantile of F(1, parts x (groups - 1)): a burst's rate
+    varying from one iteration to the next moves all its bins together, so the spread may rest on a
+    single degree of freedom however many bins there are.
     """
     groups = folded.iterations // parts
     if groups < 2:
         return True
-    rows = align(folded).rows[: groups * parts].reshape(groups, parts, folded.bins)
+    aligned = align(folded).rows
+    smooth = sum(np.roll(aligned, k, axis=1) for k in range(-SMOOTH_BINS // 2 + 1, SMOOTH_BINS // 2 + 1)) / SMOOTH_BINS
+    rows = smooth[: groups * parts].reshape(groups, parts, folded.bins)
     sub = rows.mean(axis=0)  # (parts, bins)
     spread = float(np.mean(np.var(sub, axis=0)))
     # Were the groups alike, each group mean would be the same profile plus its own standard error.
@@ -125,9 +150,24 @@ def repeats_within(folded: Folded, parts: int, *, materiality: float = 0.03, sig
     scale = float(np.std(sub))
     if scale <= 0.0:
         return True
-    significant = spread > significance * max(noise, 1e-300)
+    significant = spread > _f_999(parts * (groups - 1)) * max(noise, 1e-300)
     material = math.sqrt(spread) > materiality * scale
     return not (significant and material)
+
+
+# Student's t at 0.9995 (two-sided 0.999) by degrees of freedom; F(1, d) is its square.
+_T_9995 = ((1, 636.6), (2, 31.60), (3, 12.92), (4, 8.610), (5, 6.869), (6, 5.959), (7, 5.408), (8, 5.041),
+           (9, 4.781), (10, 4.587), (12, 4.318), (15, 4.073), (20, 3.850), (30, 3.646), (60, 3.460),
+           (120, 3.373), (1_000_000, 3.291))
+
+
+def _f_999(dof: int) -> float:
+    """The 0.999 quantile of F(1, dof), interpolated in 1/dof from the t table (conservative between rows)."""
+    for (low, t_low), (high, t_high) in zip(_T_9995, _T_9995[1:]):
+        if low <= dof <= high:
+            weight = (1.0 / low - 1.0 / dof) / (1.0 / low - 1.0 / high)
+            return float((t_low + weight * (t_high - t_low)) ** 2)
+    return _T_9995[0][1] ** 2 if dof < 1 else _T_9995[-1][1] ** 2
 
 
 def _nanmean(rows: np.ndarray) -> np.ndarray:

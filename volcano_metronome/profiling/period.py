@@ -9,8 +9,8 @@
    period, or a sub-multiple when the pattern nearly repeats within itself (two similar bursts half
    a period apart).
 3. Harmonics are resolved: the candidate is divided by 2, 3, 5 or 7 while the autocorrelation
-   peaks (at least 0.6 of the candidate's) at every multiple of the quotient; then multiplied by 2
-   or 3 while the copies in the longer fold differ significantly and materially
+   peaks (at least 0.6 of the candidate's) at every multiple of the quotient; then multiplied by
+   2 to 8 while the copies in the longer fold differ significantly and materially
    (``fold.repeats_within``), which is what tells two unequal bursts half a period apart from two
    equal ones.
 4. The period is refined by least squares over the peaks at its multiples (parabolic sub-sample
@@ -30,6 +30,8 @@ from volcano_metronome.profiling.fold import fold, repeats_within
 MIN_PEAK = 0.3
 #: A sub-multiple of a candidate period is the period when the autocorrelation there is this share of the candidate's.
 DIVIDE_SHARE = 0.6
+#: The most copies of one pattern a period is checked for (undoing a sub-multiple of the period).
+MAX_PARTS = 8
 #: Shortest lag looked at, in samples: a pattern must span a few samples to be resolved at all.
 MIN_LAG = 4
 
@@ -131,16 +133,21 @@ def _near_max(acf: np.ndarray, lag: float, reach: int) -> float:
 
 
 def _multiply_while_differing(rate: np.ndarray, period: float) -> float:
-    """Multiply ``period`` by 2 or 3 while the longer fold holds copies that really differ."""
+    """Multiply ``period`` by the fewest parts (2 to 8) whose copies in the longer period really differ, while any do.
+
+    Every part count is tried, not just primes: four unequal bursts a quarter period apart differ
+    between every fourth iteration, while every other iteration still mixes two kinds of burst.
+    """
     for _ in range(8):
-        for parts in (2, 3):
-            longer = period * parts
-            if rate.size < 3 * longer:
-                continue
+        for parts in range(2, MAX_PARTS + 1):
+            if rate.size < 3 * parts * period:
+                break
             if not repeats_within(fold(rate, period), parts):
-                period = longer
+                period *= parts
                 break
         else:
+            return period
+        if rate.size < 3 * 2 * period:
             return period
     return period
 

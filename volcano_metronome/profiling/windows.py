@@ -54,6 +54,27 @@ def bursts(profile: np.ndarray, stderr: np.ndarray) -> tuple[list[Burst], float]
     return [b for b in found if b is not None], baseline
 
 
+def quietest(profile: np.ndarray) -> int:
+    """The bin in the middle of the longest stretch below the burst threshold (where a period should begin).
+
+    Folding from there keeps every burst, early or late, inside its own iteration's row.
+    """
+    baseline = float(np.percentile(profile, 10))
+    height = float(np.max(profile)) - baseline
+    above = profile > baseline + MIN_SHARE * height
+    if above.all() or not above.any():
+        return int(np.argmin(profile))
+    bins = profile.size
+    first_low = int(np.argmin(above))
+    rolled = np.roll(~above, -first_low).astype(np.int8)
+    edges = np.flatnonzero(np.diff(np.concatenate(([0], rolled, [0]))))
+    starts, ends = edges[::2], edges[1::2]
+    if len(starts) > 1 and ends[-1] == bins and starts[0] == 0:  # the stretch wraps around
+        starts, ends = np.append(starts[1:-1], starts[-1]), np.append(ends[1:-1], ends[0] + bins)
+    longest = int(np.argmax(ends - starts))
+    return int((first_low + (starts[longest] + ends[longest]) // 2) % bins)
+
+
 def _runs(profile: np.ndarray, stderr: np.ndarray, baseline: float) -> list[tuple[int, int]]:
     """Circular runs ``(start, length)`` of bins above the detection threshold, close runs merged."""
     height = float(np.max(profile)) - baseline
