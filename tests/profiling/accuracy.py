@@ -31,8 +31,8 @@ def jobs(draw: st.DrawFn) -> tuple[Spec, int]:
 
     The ranges are the fitter's documented domain: every window spans at least 8 samples and every
     gap at least 6 (and a twentieth of the period); the jitter is at most half the shortest window
-    and 5 % of the period; the dominant window's rate is at least 1.25x every other's, so the
-    pattern does not repeat within its period.
+    and 5 % of the period; the dominant window's rate is at least 1.4x every other's, so the
+    pattern does not repeat within its period; a trace covers at least 10 periods.
     """
     hz = draw(st.sampled_from([500.0, 1000.0, 2000.0]))
     sample_ms = 1000.0 / hz
@@ -48,13 +48,13 @@ def jobs(draw: st.DrawFn) -> tuple[Spec, int]:
     for i in range(count):
         length = draw(st.floats(min_len, max(min_len, 0.6 * slot - gap_floor)))
         start = i * slot + draw(st.floats(0.0, max(0.0, slot - length - gap_floor)))
-        gbps = top if i == 0 else draw(st.floats(0.2, 0.8)) * top
+        gbps = top if i == 0 else draw(st.floats(0.2, 0.7)) * top
         windows.append((start, length, gbps))
     shortest = min(w[1] for w in windows)
     spec = Spec(
         period_ms=period,
         windows=tuple(windows),
-        periods=draw(st.floats(8.0, 30.0)),
+        periods=draw(st.floats(10.0, 30.0)),
         hz=hz,
         jitter_ms=draw(st.floats(0.0, min(0.5 * shortest, 0.05 * period))),
         rate_noise=draw(st.floats(0.0, 0.1)),
