@@ -41,6 +41,7 @@ def samples(spec: Spec, seed: int) -> tuple[np.ndarray, np.ndarray]:
     # Centred so that over the whole iterations inside the trace each window's mean rate is its nominal one.
     factors = rng.normal(0.0, spec.rate_noise, size=(iterations.size, len(spec.windows)))
     inside = (iterations >= 1) & (iterations < int(spec.periods) - 1)
+    inside = inside if inside.any() else np.ones_like(inside)
     factors = np.maximum(0.0, 1.0 + factors - factors[inside].mean(axis=0))
     starts, lens, rates = [], [], []
     for i, k in enumerate(iterations):

@@ -122,11 +122,12 @@ def fit(trace: Trace) -> Fit | Refusal:
 
 
 def _no_period(found: periods.NoPeriod, trace: Trace, dt_ms: float) -> str:
+    longer = (f"aperiodic, or its period is longer than half the trace ({trace.span_s / 2:.4g} s; a trace must cover "
+              f"at least {MIN_PERIODS} periods)")
     if found.lag == 0:
-        return (f"no repeating pattern with a period up to half the trace ({trace.span_s / 2:.4g} s): the traffic "
-                f"is aperiodic, or its period is longer; a trace must cover at least {MIN_PERIODS} periods")
-    return (f"the best repeat, every {found.lag * dt_ms:.4g} ms, correlates {found.correlation:.2f} with itself; "
-            f"at least {periods.MIN_PEAK} (over the dip before it) is needed to call the traffic periodic")
+        return f"no repeating pattern: the traffic is {longer}"
+    return (f"the best repeat, every {found.lag * dt_ms:.4g} ms, correlates {found.correlation:.2f} with itself; at "
+            f"least {periods.MIN_PEAK} (over the dip before it) is needed to call it periodic: the traffic is {longer}")
 
 
 def _trend(lateness: np.ndarray, bins: int) -> tuple[float, np.ndarray]:

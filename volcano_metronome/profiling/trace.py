@@ -25,10 +25,14 @@ _BITS_PER_BYTE = 8.0
 
 @dataclass(frozen=True, eq=False)
 class Trace:
-    """Samples of a cumulative byte counter: ``time_s`` strictly increasing, ``tx_bytes`` never decreasing."""
+    """Samples of a cumulative byte counter: ``time_s`` strictly increasing, ``tx_bytes`` never decreasing.
+
+    ``tx_bytes`` counts from the first sample (the counter minus its first value), so a 64-bit
+    counter far above 2**53 still gives exact differences.
+    """
 
     time_s: np.ndarray  # float64, shape (n,)
-    tx_bytes: np.ndarray  # float64 (exact below 2**53 bytes), shape (n,)
+    tx_bytes: np.ndarray  # float64, bytes sent since the first sample, shape (n,)
 
     @property
     def samples(self) -> int:
@@ -86,7 +90,7 @@ def parse(text: str, source: str = "trace") -> Trace:
         counts.append(count)
     if len(times) < 2:
         raise InvalidInput(f"{source}: rows", len(times), "at least two samples below the header")
-    return Trace(np.asarray(times, dtype=np.float64), np.asarray(counts, dtype=np.float64))
+    return Trace(np.asarray(times, dtype=np.float64), np.asarray([c - counts[0] for c in counts], dtype=np.float64))
 
 
 def row(time_s: float, tx_bytes: int) -> str:
