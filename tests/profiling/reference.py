@@ -8,12 +8,13 @@ import numpy as np
 
 
 def autocorrelation(x):
-    """acf[k] = mean of (x[i] - m)(x[i + k] - m) over the n - k pairs, over the same at lag 0."""
+    """acf[k] = mean of (x[i] - m)(x[i + k] - m) over the n - k pairs, over the same at lag 0 (zeros if x is flat)."""
     n = len(x)
     m = sum(x) / n
     c = [x_i - m for x_i in x]
     raw = [sum(c[i] * c[i + k] for i in range(n - k)) / (n - k) for k in range(n)]
-    return np.array([r / raw[0] for r in raw]) if raw[0] > 0 else np.zeros(n)
+    flat = (1e-9 * max(abs(v) for v in x)) ** 2  # constant up to rounding: no autocorrelation
+    return np.array([r / raw[0] for r in raw]) if raw[0] > flat else np.zeros(n)
 
 
 def fold(rate, period, bins):

@@ -11,7 +11,8 @@ Refusals, each saying which:
 * ``too-short``: fewer than :data:`MIN_PERIODS` periods in the trace (the fold would average too few
   iterations to tell a window from one noisy iteration, and the period's error would be large);
 * ``too-coarse``: the sampling interval is longer than a quarter of the shortest window found;
-* ``aperiodic``: no autocorrelation peak of at least ``period.MIN_PEAK`` within half the trace.
+* ``aperiodic``: the autocorrelation at the multiples of the best period within half the trace
+  averages less than ``period.MIN_PEAK`` (random traffic stays under 0.1; see docs/profiles.md).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from volcano_metronome.profiling.trace import Trace, uniform
 from volcano_metronome.profiling.windows import Burst, bursts, quietest
 
 #: Fewest periods a trace must cover.
-MIN_PERIODS = 5
+MIN_PERIODS = periods.MIN_PERIODS
 #: A window must span at least this many sampling intervals.
 SAMPLES_PER_WINDOW = 4
 #: Fewest samples worth looking at.
@@ -94,7 +95,7 @@ def fit(trace: Trace) -> Fit | Refusal:
     cover = trace.span_s * 1000.0 / period_ms
     if cover < MIN_PERIODS:
         return Refusal("too-short", f"the traffic repeats about every {period_ms:.4g} ms but the trace covers "
-                                    f"{trace.span_s:.4g} s, {cover:.3g} periods; at least {MIN_PERIODS} are needed: "
+                                    f"{trace.span_s:.4g} s, {math.floor(cover * 100) / 100:g} periods; at least {MIN_PERIODS} are needed: "
                                     f"record {MIN_PERIODS * period_ms / 1000.0:.3g} s or more")
     first = fold(rate.gbps, found.period)
     # Rows begin in the middle of the longest quiet stretch, so no burst straddles two rows.
@@ -126,8 +127,8 @@ def _no_period(found: periods.NoPeriod, trace: Trace, dt_ms: float) -> str:
               f"at least {MIN_PERIODS} periods)")
     if found.lag == 0:
         return f"no repeating pattern: the traffic is {longer}"
-    return (f"the best repeat, every {found.lag * dt_ms:.4g} ms, correlates {found.correlation:.2f} with itself; at "
-            f"least {periods.MIN_PEAK} (over the dip before it) is needed to call it periodic: the traffic is {longer}")
+    return (f"the best repeat, every {found.lag * dt_ms:.4g} ms, correlates {found.correlation:.2f} with itself at "
+            f"its multiples; at least {periods.MIN_PEAK} is needed to call it periodic: the traffic is {longer}")
 
 
 def _trend(lateness: np.ndarray, bins: int) -> tuple[float, np.ndarray]:

@@ -26,10 +26,13 @@ import numpy as np
 
 from volcano_metronome.profiling.fold import fold, repeats_within
 
-#: The highest repeat peak must reach this correlation, and rise this much above the dip before it.
-MIN_PEAK = 0.3
+#: The autocorrelation at the period's multiples must average this much (``comb``), and its highest
+#: peak must rise this much above the dip before it.
+MIN_PEAK = 0.2
 #: A sub-multiple of a candidate period is the period when the autocorrelation there is this share of the candidate's.
 DIVIDE_SHARE = 0.6
+#: Fewest periods a trace must cover for its period to be claimed.
+MIN_PERIODS = 5
 #: The most copies of one pattern a period is checked for (undoing a sub-multiple of the period).
 MAX_PARTS = 8
 #: Shortest lag looked at, in samples: a pattern must span a few samples to be resolved at all.
@@ -60,7 +63,12 @@ def autocorrelation(x: np.ndarray) -> np.ndarray:
     spectrum = np.fft.rfft(centred, size)
     raw = np.fft.irfft(spectrum * np.conj(spectrum), size)[:n]
     unbiased = raw / (n - np.arange(n))
-    return unbiased / unbiased[0] if unbiased[0] > 0 else np.zeros(n)
+    return unbiased / unbiased[0] if unbiased[0] > _flat(x) else np.zeros(n)
+
+
+def _flat(x: np.ndarray) -> float:
+    """A variance below which ``x`` is constant up to rounding (and has no autocorrelation to speak of)."""
+    return float((1e-9 * np.max(np.abs(x))) ** 2) if x.size else 0.0
 
 
 def find(rate: np.ndarray) -> Found | NoPeriod:
@@ -73,15 +81,29 @@ def find(rate: np.ndarray) -> Found | NoPeriod:
     if peaks.size == 0:
         return NoPeriod(0, 0.0)
     highest = int(peaks[np.argmax(acf[peaks])])
-    if acf[highest] < MIN_PEAK or acf[highest] - float(np.min(acf[:highest])) < MIN_PEAK:
+    if acf[highest] - float(np.min(acf[:highest])) < MIN_PEAK:
         return NoPeriod(highest, float(acf[highest]))
     # The shortest peak nearly as high as the highest: a small multiple of the period (or a sub-multiple).
     first = int(peaks[np.argmax(acf[peaks] >= 0.8 * acf[highest])])
     candidate = _refine(acf, float(first), top)
     candidate = _divide_while_peaked(acf, candidate, lobe)
+    correlation = comb(acf, candidate, top)
+    # With a single multiple in reach (under four periods in the trace) one lag must carry the claim.
+    if correlation < (MIN_PEAK if 2 * candidate < top else 2 * MIN_PEAK):
+        return NoPeriod(int(round(candidate)), correlation)
     candidate = _multiply_while_differing(rate, candidate)
     candidate = _refine(acf, candidate, top)
-    return Found(candidate, float(np.interp(candidate, np.arange(acf.size), acf)))
+    return Found(candidate, comb(acf, candidate, top))
+
+
+def comb(acf: np.ndarray, period: float, top: int) -> float:
+    """Mean autocorrelation at the multiples of ``period`` below ``top``: high only if every multiple repeats.
+
+    Noise makes isolated peaks; a period makes them at every multiple, so the mean over them tells
+    a weak but steady pattern (bursts whose rate flickers within) from a lucky lag.
+    """
+    lags = period * np.arange(1, max(2, int((top - 1) / period) + 1))
+    return float(np.mean(np.interp(lags, np.arange(acf.size), acf)))
 
 
 def _lobe(acf: np.ndarray, top: int) -> int:
@@ -135,19 +157,20 @@ def _near_max(acf: np.ndarray, lag: float, reach: int) -> float:
 def _multiply_while_differing(rate: np.ndarray, period: float) -> float:
     """Multiply ``period`` by the fewest parts (2 to 8) whose copies in the longer period really differ, while any do.
 
-    Every part count is tried, not just primes: four unequal bursts a quarter period apart differ
+    A longer period is only claimed when the trace covers it MIN_PERIODS times: over fewer, a few
+    noisy iterations alternate by chance as often as a real pattern does. Every part count is tried, not just primes: four unequal bursts a quarter period apart differ
     between every fourth iteration, while every other iteration still mixes two kinds of burst.
     """
     for _ in range(8):
         for parts in range(2, MAX_PARTS + 1):
-            if rate.size < 3 * parts * period:
+            if rate.size < MIN_PERIODS * parts * period:
                 break
             if not repeats_within(fold(rate, period), parts):
                 period *= parts
                 break
         else:
             return period
-        if rate.size < 3 * 2 * period:
+        if rate.size < MIN_PERIODS * 2 * period:
             return period
     return period
 

@@ -2,8 +2,9 @@
 
 Works on the aligned profile (``fold.align``), whose bursts are sharp even when the jitter is longer
 than a window. The baseline is the median rate outside the bursts. A burst is a run of bins above
-the baseline by more than a tenth of the tallest burst and more than four standard errors; runs
-closer than two bins are one. A window's edges are where its rate crosses half its own height
+the baseline by more than a tenth of the tallest burst and more than four standard errors, whose
+bytes above the baseline are more than four standard errors of their sum (a flicker of a bin or two
+at the noise level is not a window); runs closer than two bins are one. A window's edges are where its rate crosses half its own height
 (linear between bins), so edges smeared by residual jitter or by sampling still give the true
 length; its rate is the baseline plus the bytes above baseline in and around the run over that
 length, so no byte is lost to the edges.
@@ -99,7 +100,14 @@ def _runs(profile: np.ndarray, stderr: np.ndarray, baseline: float) -> list[tupl
         merged[0][0] = merged[-1][0] - bins
         merged.pop()
     # Unwrapped starts, ascending over one cycle, so that neighbours are simply the runs either side.
-    return [(a + first_low, b - a) for a, b in merged]
+    return [(a + first_low, b - a) for a, b in merged
+            if _significant(profile, stderr, baseline, (first_low + np.arange(a, b)) % bins)]
+
+
+def _significant(profile: np.ndarray, stderr: np.ndarray, baseline: float, where: np.ndarray) -> bool:
+    """Whether a run's bytes above baseline exceed MIN_SIGMAS standard errors of their sum (not a flicker)."""
+    excess = float(np.sum(profile[where] - baseline))
+    return excess > MIN_SIGMAS * float(np.sqrt(np.sum(stderr[where] ** 2)))
 
 
 def _measure(profile: np.ndarray, baseline: float, start: int, length: int, previous_end: int,
