@@ -149,6 +149,30 @@ def test_random_traffic_is_refused_as_aperiodic():
     assert result.reason == "aperiodic"
 
 
+def random_traffic(kind: str, seed: int) -> Trace:
+    """A 8 s trace at 1 kHz of traffic with no period (Gbps per millisecond into a byte counter)."""
+    rng = np.random.default_rng(seed)
+    if kind == "white":
+        gbps = rng.normal(10.0, 1.0, 8000).clip(0.0)
+    elif kind == "poisson":
+        gbps = rng.exponential(1.0, 8000) * (rng.uniform(size=8000) < 0.05)
+    elif kind == "ar1":  # slowly wandering rate, correlated over ~30 ms
+        gbps = 20.0 + np.convolve(rng.normal(0.0, 1.0, 8000), 0.97 ** np.arange(200))[:8000]
+    else:
+        gbps = np.zeros(8000)
+        for start in rng.uniform(0, 7950, 80).astype(int):
+            gbps[start: start + rng.integers(5, 40)] += rng.uniform(10.0, 100.0)
+    counter = np.concatenate(([0.0], np.cumsum(np.floor(gbps.clip(0.0) * 1e9 / 8 / 1000))))
+    return Trace(np.arange(8001) / 1000.0, counter)
+
+
+@pytest.mark.parametrize("kind", ["white", "poisson", "ar1", "bursts"])
+def test_random_traffic_of_several_kinds_is_refused_as_aperiodic(kind):
+    for seed in range(3):
+        result = fit(random_traffic(kind, seed))
+        assert isinstance(result, Refusal) and result.reason == "aperiodic", (kind, seed, result)
+
+
 def test_silence_is_refused_as_aperiodic():
     text = HEADER + "\n" + "".join(row(i / 1000, 7) for i in range(5000))
     assert fit(parse(text)).reason == "aperiodic"

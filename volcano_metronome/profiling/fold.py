@@ -115,8 +115,9 @@ def _shift_back(rows: np.ndarray, lateness: np.ndarray) -> np.ndarray:
     whole = np.floor(lateness).astype(np.int64)
     fraction = (lateness - whole)[:, None]
     index = (np.arange(bins)[None, :] + whole[:, None]) % bins
-    return (1.0 - fraction) * np.take_along_axis(rows, index, axis=1) + \
+    shifted = (1.0 - fraction) * np.take_along_axis(rows, index, axis=1) + \
         fraction * np.take_along_axis(rows, (index + 1) % bins, axis=1)
+    return np.asarray(shifted, dtype=np.float64)
 
 
 def repeats_within(folded: Folded, parts: int, *, materiality: float = 0.08) -> bool:
@@ -126,7 +127,7 @@ def repeats_within(folded: Folded, parts: int, *, materiality: float = 0.08) -> 
     ``k + 1`` differ (two unequal bursts half a period apart, folded at half the period). The rows
     are aligned first (jitter common to an iteration would drown a real difference) and grouped by
     ``k mod parts``. The groups' mean profiles differ *significantly* when their spread is more than
-    ``significance`` times what the variation within the groups explains, and *materially* when its
+    the bound below times what the variation within the groups explains, and *materially* when its
     RMS is more than ``materiality`` of the profile's standard deviation. Only a significant and
     material difference says the copies differ. Rows are smoothed over five bins first: where the
     period is close to a ratio of whole samples, the sampling grid falls on the edges at a phase
@@ -141,7 +142,7 @@ def repeats_within(folded: Folded, parts: int, *, materiality: float = 0.08) -> 
     if groups < 2:
         return True
     aligned = align(folded).rows
-    smooth = sum(np.roll(aligned, k, axis=1) for k in range(-SMOOTH_BINS // 2 + 1, SMOOTH_BINS // 2 + 1)) / SMOOTH_BINS
+    smooth = np.mean([np.roll(aligned, k, axis=1) for k in range(-(SMOOTH_BINS // 2), SMOOTH_BINS // 2 + 1)], axis=0)
     rows = smooth[: groups * parts].reshape(groups, parts, folded.bins)
     sub = rows.mean(axis=0)  # (parts, bins)
     spread = float(np.mean(np.var(sub, axis=0)))

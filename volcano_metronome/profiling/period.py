@@ -31,6 +31,8 @@ from volcano_metronome.profiling.fold import fold, repeats_within
 MIN_PEAK = 0.2
 #: A sub-multiple of a candidate period is the period when the autocorrelation there is this share of the candidate's.
 DIVIDE_SHARE = 0.6
+#: Standard errors of chance correlation the comb must clear (``periodic_above``).
+NOISE_SIGMAS = 4.0
 #: Fewest periods a trace must cover for its period to be claimed.
 MIN_PERIODS = 5
 #: The most copies of one pattern a period is checked for (undoing a sub-multiple of the period).
@@ -88,12 +90,25 @@ def find(rate: np.ndarray) -> Found | NoPeriod:
     candidate = _refine(acf, float(first), top)
     candidate = _divide_while_peaked(acf, candidate, lobe)
     correlation = comb(acf, candidate, top)
-    # With a single multiple in reach (under four periods in the trace) one lag must carry the claim.
-    if correlation < (MIN_PEAK if 2 * candidate < top else 2 * MIN_PEAK):
+    if correlation < periodic_above(candidate, lobe, rate.size):
         return NoPeriod(int(round(candidate)), correlation)
     candidate = _multiply_while_differing(rate, candidate)
     candidate = _refine(acf, candidate, top)
     return Found(candidate, comb(acf, candidate, top))
+
+
+def periodic_above(period: float, lobe: int, n: int) -> float:
+    """The ``comb`` a period needs: MIN_PEAK, or NOISE_SIGMAS standard errors of a mean of chance correlations.
+
+    An autocorrelation estimated from ``n`` samples of a process correlated over ``lobe`` lags
+    scatters by about ``sqrt(lobe / n)`` at each lag, and a mean over ``m`` multiples by ``1 / sqrt(m)``
+    of that: slowly varying traffic (a long lobe) in a short trace needs a stronger repeat. With a
+    single multiple in reach (under four periods in the trace) one lag must carry the claim, so the
+    floor doubles.
+    """
+    multiples = max(1, int((n // 2 - 1) / period))
+    floor = MIN_PEAK if multiples > 1 else 2 * MIN_PEAK
+    return max(floor, NOISE_SIGMAS * math.sqrt(max(lobe, 1) / n / multiples))
 
 
 def comb(acf: np.ndarray, period: float, top: int) -> float:

@@ -6,8 +6,8 @@ the baseline by more than a tenth of the tallest burst and more than four standa
 bytes above the baseline are more than four standard errors of their sum (a flicker of a bin or two
 at the noise level is not a window); runs closer than two bins are one. A window's edges are where its rate crosses half its own height
 (linear between bins), so edges smeared by residual jitter or by sampling still give the true
-length; its rate is the baseline plus the bytes above baseline in and around the run over that
-length, so no byte is lost to the edges.
+length; its rate is the baseline plus the bytes above baseline in the run and up to half its length
+around it (never past half-way to a neighbour) over that length, so no byte is lost to the edges.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ MIN_SHARE = 0.1
 MIN_SIGMAS = 4.0
 #: Runs of bins closer than this are one burst.
 MERGE_GAP_BINS = 2
-#: Bins on each side of a run whose bytes still belong to it (edge smear).
+#: Bins on each side of a run whose bytes still belong to it, at least (edge smear); half the run's length at most.
 EDGE_BINS = 2
 
 
@@ -130,8 +130,11 @@ def _measure(profile: np.ndarray, baseline: float, start: int, length: int, prev
     left = first - 0.5 + _crossing(before, at_first, half)
     right = last + 0.5 + (1.0 - _crossing(after, at_last, half))
     span = right - left
-    reach_low = max(start - EDGE_BINS, (previous_end + start) // 2)
-    reach_high = min(start + length + EDGE_BINS, (start + length + next_start + 1) // 2)
+    # Bytes smeared past the run (residual misalignment, or tails under the detection threshold of a
+    # low burst) still belong to it: reach half its length out, but never past half-way to a neighbour.
+    edge = max(EDGE_BINS, length // 2)
+    reach_low = max(start - edge, (previous_end + start) // 2)
+    reach_high = min(start + length + edge, (start + length + next_start + 1) // 2)
     around = profile[np.arange(reach_low, reach_high) % bins]
     excess = float(np.sum(around - baseline))
     gbps = baseline + max(excess, 0.0) / span
