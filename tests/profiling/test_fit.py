@@ -228,3 +228,10 @@ def test_cli_malformed_trace_exits_2_naming_line_and_column(tmp_path, capsys):
 def test_cli_missing_file_exits_2(tmp_path, capsys):
     assert main(["profile", "fit", str(tmp_path / "none.csv")]) == 2
     assert "cannot read" in capsys.readouterr().err
+
+
+def test_a_period_whose_first_autocorrelation_peak_is_lower_than_later_ones_is_still_found():
+    """Jitter longer than the window: here the peak at P comes out under 0.8 of the highest, at 2P."""
+    result = fitted(Spec(200.0, ((170.0, 10.0, 80.0),), jitter_ms=15.0, rate_noise=0.05), seed=2)
+    assert result.profile.period_ms == pytest.approx(200.0, rel=0.01)
+    assert result.profile.windows[0].len_ms == pytest.approx(10.0, abs=1.5)
