@@ -25,6 +25,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "controller": ("volcano_metronome.commands.controller", "run the queue controller: node sets and phase offsets for gangs"),
     "webhook": ("volcano_metronome.commands.webhook", "serve the mutating admission webhook over TLS (gunicorn)"),
     "certs": ("volcano_metronome.commands.certs", "make a CA and the webhook's serving certificate; print the caBundle"),
+    "profile": ("volcano_metronome.commands.profile", "record a NIC byte-counter trace, or fit a profile to one"),
 }
 
 

@@ -1,0 +1,126 @@
+"""``profile record``: the sampler on a fake counter file, its errors, and for real on loopback traffic."""
+
+from __future__ import annotations
+
+import io
+import os
+import pathlib
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from volcano_metronome import sampler
+from volcano_metronome.cli import main
+from volcano_metronome.core.errors import InvalidInput
+from volcano_metronome.profiling.fit import Fit, fit
+from volcano_metronome.profiling.trace import parse
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+
+def fake_net(tmp_path: pathlib.Path, name: str = "fake0", value: int = 123) -> pathlib.Path:
+    stats = tmp_path / "net" / name / "statistics"
+    stats.mkdir(parents=True)
+    (stats / "tx_bytes").write_text(f"{value}\n")
+    return tmp_path / "net"
+
+
+def test_unknown_interface_names_it_and_the_ones_that_exist(tmp_path):
+    root = fake_net(tmp_path)
+    with pytest.raises(InvalidInput) as caught:
+        sampler.counter_path("eth9", root)
+    assert caught.value.field == "--interface" and caught.value.value == "eth9"
+    assert "one of the interfaces that exist: fake0" in caught.value.expected
+
+
+def test_cli_unknown_interface_exits_2(tmp_path, capsys):
+    assert main(["profile", "record", "--interface", "no-such-if0", "--seconds", "1",
+                 "--out", str(tmp_path / "t.csv")]) == 2
+    err = capsys.readouterr().err
+    assert "--interface: got 'no-such-if0', expected one of the interfaces that exist:" in err and "lo" in err
+
+
+@pytest.mark.parametrize("hz, seconds, field", [(0, 1, "--hz"), (20_000, 1, "--hz"), (100, 0, "--seconds"),
+                                                (100, 10**6, "--seconds")])
+def test_out_of_range_rate_or_duration_is_refused(tmp_path, hz, seconds, field):
+    path = sampler.counter_path("fake0", fake_net(tmp_path))
+    with pytest.raises(InvalidInput) as caught:
+        sampler.record(path, hz, seconds, io.StringIO())
+    assert caught.value.field == field
+
+
+def test_record_writes_a_trace_the_parser_reads_and_reports_the_rate_achieved(tmp_path):
+    path = sampler.counter_path("fake0", fake_net(tmp_path, value=2**40))
+    out = io.StringIO()
+    done = sampler.record(path, 200.0, 0.25, out, interface="fake0")
+    trace = parse(out.getvalue())
+    assert trace.samples == done.samples
+    assert 40 <= done.samples <= 51  # 200 Hz over 0.25 s, ticks on an absolute schedule
+    assert done.achieved_hz == pytest.approx((done.samples - 1) / trace.span_s, rel=1e-3)
+    assert set(trace.tx_bytes) == {0.0}  # the counter did not move
+
+
+def test_a_stall_skips_ticks_instead_of_bunching_them(tmp_path):
+    path = sampler.counter_path("fake0", fake_net(tmp_path))
+    now = [0.0]
+
+    def clock() -> float:
+        return now[0]
+
+    def sleep(seconds: float) -> None:
+        now[0] += seconds
+        if 0.0995 < now[0] < 0.1005:
+            now[0] += 0.05  # the process was descheduled for 50 ms at t = 0.1 s
+
+    done = sampler.record(path, 100.0, 0.3, io.StringIO(), clock=clock, sleep=sleep)
+    # 31 ticks from 0 to 0.3 s; the one due at 0.1 fires at 0.15 and the five due by then are skipped.
+    assert done.samples == 31 - 5
+    assert done.longest_gap_ms == pytest.approx(60.0)
+
+
+@pytest.mark.slow
+def test_loopback_bursts_every_200_ms_are_recorded_and_fitted(tmp_path):
+    """Real traffic on lo: a sender bursts UDP every 200 ms while `profile record` samples tx_bytes."""
+    receiver = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    receiver.bind(("127.0.0.1", 0))
+    sender = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    payload = b"\0" * 16_000
+    stop = threading.Event()
+    starts: list[float] = []
+
+    def send() -> None:
+        begin = time.monotonic()
+        for k in range(40):  # at most 40 bursts (8 s), each at most 30 ms and 4000 datagrams (64 MB)
+            due = begin + 0.2 * k
+            if stop.wait(max(0.0, due - time.monotonic())):
+                return
+            starts.append(time.monotonic())
+            for _ in range(4000):
+                sender.sendto(payload, receiver.getsockname())
+                if time.monotonic() - due > 0.03:
+                    break
+
+    thread = threading.Thread(target=send, daemon=True)
+    out = tmp_path / "lo.csv"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    thread.start()
+    try:
+        done = subprocess.run([sys.executable, "-m", "volcano_metronome", "profile", "record", "--interface", "lo",
+                               "--hz", "1000", "--seconds", "4", "--out", str(out)],
+                              capture_output=True, text=True, timeout=60, env=env, cwd=ROOT)
+    finally:
+        stop.set()
+        thread.join(timeout=10)
+        sender.close()
+        receiver.close()
+    assert done.returncode == 0, done.stderr
+    assert "Hz achieved (1000 Hz asked)" in done.stderr
+    result = fit(parse(out.read_text(), str(out)))
+    assert isinstance(result, Fit), result
+    sent_every_ms = (starts[-1] - starts[0]) / (len(starts) - 1) * 1000.0
+    assert sent_every_ms == pytest.approx(200.0, rel=0.01)
+    assert result.profile.period_ms == pytest.approx(sent_every_ms, rel=0.05), result

@@ -1,0 +1,186 @@
+"""Fitting a bandwidth profile to a byte-counter trace, or saying why it cannot be done.
+
+Pure: a :class:`~volcano_metronome.profiling.trace.Trace` in, a :class:`Fit` or a :class:`Refusal`
+out (a refusal is a value, like the core's ``NoFit``: the trace was readable, it just does not
+support a profile). The steps: resample the counter on a uniform grid (``trace.uniform``), find the
+period (``period.find``), fold at it, align the iterations and find the windows
+(``windows.align`` / ``windows.bursts``), then express them as a :class:`core.profile.Profile`.
+
+Refusals, each saying which:
+
+* ``too-short``: fewer than :data:`MIN_PERIODS` periods in the trace (the fold would average too few
+  iterations to tell a window from one noisy iteration, and the period's error would be large);
+* ``too-coarse``: the sampling interval is longer than a quarter of the shortest window found;
+* ``aperiodic``: the autocorrelation at the multiples of the best period within half the trace
+  averages less than ``period.MIN_PEAK`` (random traffic stays under 0.1; see docs/profiles.md).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+
+from volcano_metronome import api
+from volcano_metronome.core.profile import MAX_GBPS, MAX_WINDOWS, Profile, Window
+from volcano_metronome.profiling import period as periods
+from volcano_metronome.profiling.fold import align, explained, fold
+from volcano_metronome.profiling.trace import Trace, uniform
+from volcano_metronome.profiling.windows import Burst, bursts, quietest
+
+#: Fewest periods a trace must cover.
+MIN_PERIODS = periods.MIN_PERIODS
+#: A window must span at least this many sampling intervals.
+SAMPLES_PER_WINDOW = 4
+#: Fewest samples worth looking at.
+MIN_SAMPLES = 16
+#: Jitter is the spread between these percentiles of the iterations' lateness.
+JITTER_PERCENTILES = (2.5, 97.5)
+
+Reason = Literal["too-short", "too-coarse", "aperiodic"]
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """Why the trace gives no profile: ``reason`` is one of too-short, too-coarse, aperiodic."""
+
+    reason: Reason
+    detail: str
+
+    def __str__(self) -> str:
+        return f"{self.reason}: {self.detail}"
+
+
+@dataclass(frozen=True)
+class Fit:
+    """A fitted profile and what it rests on."""
+
+    profile: Profile
+    confidence: float  # share of the rate's variance the periodic pattern explains, in [0, 1]
+    periods: int  # complete iterations folded
+    sample_interval_ms: float
+    longest_gap_ms: float
+    span_s: float
+    baseline_gbps: float  # median rate outside the windows (traffic the windows do not carry)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The profile's mapping form plus the fit's figures (what ``profile fit --json`` prints)."""
+        return {**self.profile.to_dict(), "confidence": round(self.confidence, 3), "periods": self.periods,
+                "sample_interval_ms": _round(self.sample_interval_ms, 4),
+                "longest_gap_ms": _round(self.longest_gap_ms, 4), "span_s": _round(self.span_s, 4),
+                "baseline_gbps": _round(self.baseline_gbps, 4), "annotations": self.annotations()}
+
+    def annotations(self) -> dict[str, str]:
+        """The ``metronome.dev/*`` annotations that declare this profile."""
+        data = self.profile.to_dict()
+        return {api.PERIOD_MS: f"{data['period_ms']}",
+                api.WINDOWS: json.dumps(data["windows"], separators=(",", ":")),
+                api.JITTER_MS: f"{data['jitter_ms']}"}
+
+
+def fit(trace: Trace) -> Fit | Refusal:
+    """The profile of the periodic traffic in ``trace``, or the reason there is none."""
+    if trace.samples < MIN_SAMPLES:
+        return Refusal("too-short", f"{trace.samples} samples; at least {MIN_SAMPLES} and {MIN_PERIODS} periods "
+                                    "are needed")
+    rate = uniform(trace)
+    dt_ms = rate.dt_s * 1000.0
+    found = periods.find(rate.gbps)
+    if isinstance(found, periods.NoPeriod):
+        return Refusal("aperiodic", _no_period(found, trace, dt_ms))
+    period_ms = found.period * dt_ms
+    cover = trace.span_s * 1000.0 / period_ms
+    if cover < MIN_PERIODS:
+        return Refusal("too-short", f"the traffic repeats about every {period_ms:.4g} ms but the trace covers "
+                                    f"{trace.span_s:.4g} s, {math.floor(cover * 100) / 100:g} periods; at least {MIN_PERIODS} are needed: "
+                                    f"record {MIN_PERIODS * period_ms / 1000.0:.3g} s or more")
+    first = fold(rate.gbps, found.period)
+    # Rows begin in the middle of the longest quiet stretch, so no burst straddles two rows.
+    series = rate.gbps[int(round(quietest(first.profile()) * found.period / first.bins)):]
+    folded = fold(series, found.period)
+    aligned = align(folded)
+    drift = _trend(aligned.lateness, folded.bins)[0]
+    if drift != 0.0:  # the bursts' own timing pins the mean iteration down better than the autocorrelation
+        folded = fold(series, found.period * (1.0 + drift / folded.bins))
+        aligned = align(folded)
+        period_ms = folded.period * dt_ms
+    found_bursts, baseline = bursts(aligned.profile, aligned.stderr)
+    if not found_bursts:
+        return Refusal("aperiodic", f"the rate repeats every {period_ms:.4g} ms but shows no burst above its "
+                                    f"baseline of {baseline:.4g} Gbps")
+    bin_ms = period_ms / folded.bins
+    shortest = min(b.length for b in found_bursts) * bin_ms
+    if dt_ms * SAMPLES_PER_WINDOW > shortest:
+        return Refusal("too-coarse", f"sampled every {dt_ms:.4g} ms, slower than a quarter of the shortest window "
+                                     f"({shortest:.4g} ms): sample at least every {shortest / SAMPLES_PER_WINDOW:.4g} "
+                                     f"ms (--hz {math.ceil(1000.0 * SAMPLES_PER_WINDOW / shortest)} or more)")
+    jitter_ms = _jitter(aligned.lateness, folded.bins) * bin_ms
+    return Fit(_profile(found_bursts, folded.bins, period_ms, jitter_ms), explained(folded), folded.iterations,
+               dt_ms, trace.longest_gap_s * 1000.0, trace.span_s, baseline)
+
+
+def _no_period(found: periods.NoPeriod, trace: Trace, dt_ms: float) -> str:
+    longer = (f"aperiodic, or its period is longer than half the trace ({trace.span_s / 2:.4g} s; a trace must cover "
+              f"at least {MIN_PERIODS} periods)")
+    if found.lag == 0:
+        return f"no repeating pattern: the traffic is {longer}"
+    return (f"the best repeat, every {found.lag * dt_ms:.4g} ms, correlates {found.correlation:.2f} with itself at "
+            f"its multiples; at least {periods.MIN_PEAK} is needed to call it periodic: the traffic is {longer}")
+
+
+def _trend(lateness: np.ndarray, bins: int) -> tuple[float, np.ndarray]:
+    """Slope (bins per iteration) of the iterations' lateness, and what is left around that line."""
+    unwrapped = np.unwrap(lateness, period=bins)
+    if unwrapped.size < 3:
+        return 0.0, unwrapped - unwrapped.mean()
+    k = np.arange(unwrapped.size, dtype=np.float64)
+    slope, intercept = np.polyfit(k, unwrapped, 1)
+    return float(slope), unwrapped - (slope * k + intercept)
+
+
+def _jitter(lateness: np.ndarray, bins: int) -> float:
+    """Spread of the iterations' lateness in bins, net of a linear trend (a residual error in the period)."""
+    low, high = np.percentile(_trend(lateness, bins)[1], JITTER_PERCENTILES)
+    return float(high - low)
+
+
+def _profile(found: list[Burst], bins: int, period_ms: float, jitter_ms: float) -> Profile:
+    """The windows rounded to 0.1 ms and 4 significant Gbps digits, rotated so the longest gap comes first."""
+    found = _at_most(sorted(found, key=lambda b: b.start), MAX_WINDOWS, bins)
+    scale = period_ms / bins
+    # The origin of a period is free: put it where the longest quiet stretch begins, so compute comes
+    # first and the last window ends the period (the duty-cycle shorthand's convention).
+    gaps = [((found[(i + 1) % len(found)].start - (b.start + b.length)) % bins, i) for i, b in enumerate(found)]
+    _, last = max(gaps)
+    origin = found[last].start + found[last].length - bins
+    period = round(period_ms, 1)
+    windows = []
+    for b in found[last + 1:] + found[: last + 1]:
+        start = round(((b.start - origin) % bins) * scale, 1)
+        windows.append([start, round(b.length * scale, 1), float(f"{min(b.gbps, MAX_GBPS):.4g}")])
+    # Rounding may push an edge past its neighbour or the period's end by a tenth of a millisecond.
+    for i, w in enumerate(windows):
+        end = windows[i + 1][0] if i + 1 < len(windows) else period
+        w[0] = min(w[0], max(0.0, end - 0.1))
+        w[1] = max(0.1, round(min(w[1], end - w[0]), 1))
+    jitter = min(round(jitter_ms, 1), round(period - 0.1, 1))
+    return Profile(period, tuple(Window(s, n, g) for s, n, g in windows), jitter)
+
+
+def _at_most(found: list[Burst], limit: int, bins: int) -> list[Burst]:
+    """Merge the two windows with the shortest gap between them until at most ``limit`` remain."""
+    found = list(found)
+    while len(found) > limit:
+        gaps = [((found[i + 1].start - found[i].start - found[i].length), i) for i in range(len(found) - 1)]
+        _, i = min(gaps)
+        a, b = found[i], found[i + 1]
+        length = b.start + b.length - a.start
+        found[i: i + 2] = [Burst(a.start, length, (a.gbps * a.length + b.gbps * b.length) / length)]
+    return found
+
+
+def _round(x: float, digits: int) -> float:
+    return float(f"{x:.{digits}g}")
