@@ -35,6 +35,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from volcano_metronome.core.traffic import loaded_links
+from volcano_metronome.runtime import aim
 from volcano_metronome.scenario import JobSpec
 from volcano_metronome.sim.fluid import Fluid
 from volcano_metronome.sim.kernel import SAMPLING, SCHEDULING, Kernel
@@ -287,16 +288,11 @@ class Engine:
                 job.steady += 1
 
     def _target(self, job: JobRun, now: float) -> float:
+        """When the helper lets window ``job.window`` go: the runtime's own aiming rule, in seconds."""
         period = job.grid_period_s
-        base = job.offset_s + job.starts[0]
         if job.window == 0:
-            if job.realign:
-                job.grid = math.ceil((now - base) / period - _EPS)
-                job.realign = False
-            else:
-                job.grid += 1
-                if base + (job.grid + 1) * period <= now:
-                    job.grid = math.floor((now - base) / period + _EPS)
+            job.grid = aim(now, job.offset_s + job.starts[0], period, None if job.realign else job.grid)
+            job.realign = False
         return job.offset_s + job.starts[job.window] + job.grid * period
 
     def _send(self, job: JobRun) -> None:
