@@ -19,9 +19,11 @@ to its snapped period, which buys nothing unless its bursts could collide with a
 link is *contended* when the peak rates of the gangs on it add up to more than its capacity; only
 there can phases matter. A gang is *locked* (its runtime aligns to the offset) only where that pays:
 
-* its chosen offset is a guarded fit (a lock that still overflows pushes the overflow onto gangs
-  that were placed cleanly, and their late bursts cascade), every unlocked neighbour it would lock
-  sits at an offset that overflows nowhere, and
+* its chosen offset adds no overflow on any link (a lock that still overflows pushes the overflow
+  onto gangs that were placed cleanly, and their late bursts cascade; a guarded fit is preferred, but
+  the guards are a margin, not a condition), every unlocked gang it would lock (its unlocked
+  neighbours on contended links, and theirs in turn: a plan holds only if every gang that can
+  collide with it aligns) sits at an offset that overflows nowhere, and
 * the collisions that running free would cost (``free_delay``: the overflow the gang adds at a
   random phase, averaged over every offset, drained at the worst link's capacity, counted for both
   sides of each collision) exceed the padding the lock costs (snapping error plus half the jitter per
@@ -36,6 +38,7 @@ with no contended link.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -49,6 +52,8 @@ from volcano_metronome.core.traffic import loaded_links
 
 # Float noise allowance on the tolerance test (Mbps x slots).
 _EPS = 1e-6
+#: Most unlocked gangs one decision may lock (the closure of its contended neighbours).
+MAX_LOCKS = 64
 
 
 @dataclass(frozen=True)
@@ -209,9 +214,10 @@ def _score(snapshot: Snapshot, gang: Gang, pattern: Pattern, cand: Candidate, po
     keys = (lateness, scores.peak[offsets], scores.cost[offsets], ~scores.fits[offsets])
     pick = int(offsets[np.lexsort(keys)[0]])
     feasible = bool(scores.fits[pick])
+    overflow = int(scores.overflow[pick])
     return _Scored(cand, pick, (pick - earliest) % pattern.slots, feasible, float(scores.cost[pick]),
-                   int(scores.overflow[pick]), float(scores.peak[pick]),
-                   _lock(snapshot, gang, pattern, cand.nodes, feasible, scores.free_delay, policy))
+                   overflow, float(scores.peak[pick]),
+                   _lock(snapshot, gang, pattern, cand.nodes, overflow == 0, scores.free_delay, policy))
 
 
 def padding_ms(gang: Gang, pattern: Pattern, span: int) -> float:
@@ -220,24 +226,50 @@ def padding_ms(gang: Gang, pattern: Pattern, span: int) -> float:
     return per_iteration * (span // pattern.slots)
 
 
-def _lock(snapshot: Snapshot, gang: Gang, pattern: Pattern, nodes: np.ndarray, feasible: bool, free_delay: float,
-          policy: Policy) -> _Lock:
-    """Whether the gang placed on ``nodes`` at a guarded fit (or not) is locked; see the module docstring."""
+def _lock(snapshot: Snapshot, gang: Gang, pattern: Pattern, nodes: np.ndarray, no_overflow: bool,
+          free_delay: float, policy: Policy) -> _Lock:
+    """Whether the gang placed on ``nodes`` at an offset that overflows nowhere (or not) is locked; see the
+    module docstring."""
     links, mult = loaded_links(snapshot.topology, nodes)
-    contended = snapshot.contended(links, mult * int(pattern.rates.max()))
-    neighbours = snapshot.neighbours(contended)
-    unlocked = tuple(sorted(uid for uid in neighbours if not snapshot.placed[uid].locked))
+    extra = mult * int(pattern.rates.max())
+    neighbours = snapshot.neighbours(snapshot.contended(links, extra))
     if not policy.lock_on_demand:
-        return _Lock(True, unlocked, 0.0, 0.0)
+        return _Lock(True, tuple(sorted(u for u in neighbours if not snapshot.placed[u].locked)), 0.0, 0.0)
     if not neighbours:
         return _Lock(False, (), 0.0, 0.0)
+    closure = _unlocked_closure(snapshot, neighbours, links, extra)
+    if closure is None:
+        return _Lock(False, (), 0.0, math.inf)
+    unlocked = tuple(sorted(closure))
     span = int(np.lcm(snapshot.hyperperiod, pattern.slots))
     # Both sides of a collision lose the drain time.
     free_ms = 2.0 * free_delay * snapshot.grid.slot_ms
     padding = padding_ms(gang, pattern, span) + sum(
         padding_ms(snapshot.placed[uid].gang, snapshot.placed[uid].pattern, span) for uid in unlocked)
-    pays = feasible and free_ms > padding and all(snapshot.clean(uid) for uid in unlocked)
+    pays = no_overflow and free_ms > padding and all(snapshot.clean(uid) for uid in unlocked)
     return _Lock(pays, unlocked if pays else (), free_ms, padding)
+
+
+def _unlocked_closure(snapshot: Snapshot, neighbours: set[str], links: np.ndarray,
+                      extra: np.ndarray) -> set[str] | None:
+    """The unlocked gangs a lock must take along: a locked gang's plan holds only if every gang it can
+    collide with aligns too, so each unlocked gang locked brings its own contended neighbours. None
+    past ``MAX_LOCKS`` gangs (the lock is then not worth its reach)."""
+    added = dict(zip(links.tolist(), extra.tolist()))
+    out: set[str] = set()
+    todo = [u for u in neighbours if not snapshot.placed[u].locked]
+    while todo:
+        uid = todo.pop()
+        if uid in out:
+            continue
+        out.add(uid)
+        if len(out) > MAX_LOCKS:
+            return None
+        theirs = snapshot.placed[uid].links
+        more = np.array([added.get(int(link), 0) for link in theirs], dtype=np.int64)
+        todo.extend(u for u in snapshot.neighbours(snapshot.contended(theirs, more), but=uid)
+                    if u not in out and not snapshot.placed[u].locked)
+    return out
 
 
 def _decision(snapshot: Snapshot, gang: Gang, pattern: Pattern, best: _Scored) -> Decision:

@@ -4,13 +4,15 @@ The bound on the work per decision is ``limit`` node sets (``Policy.max_candidat
 
 1. If one node can hold the whole gang, the gang loads no link at all: one candidate, the fullest
    node that fits (bin-packing keeps large holes for large gangs).
-2. Otherwise, at the lowest tier (rack, then pod, ...) where some domain can hold the gang, one
-   candidate per fitting domain: its nodes with the most room first (fewest nodes, so fewest NICs),
-   least-loaded NICs among equals. Domains are ranked by nodes needed, then NIC load; the best
-   ``limit - 2`` are *primary*. Up to two *spanning* candidates, which cross domains but use the
-   least-loaded uplinks or NICs, are kept as *secondary*: they are scored only when no primary
-   candidate has a feasible offset.
-3. If no domain can hold it, up to ``limit`` spanning candidates are primary.
+2. Otherwise, at the lowest tier (rack, then pod, ...) where some domain can hold the gang, up to
+   ``limit - 2`` *primary* candidates: first Volcano's binpack (the fullest fitting domains, their
+   most allocated nodes first), for half of them, so the core never places worse than Volcano's
+   topology plugin would; then one per fitting domain with its nodes with the most room first
+   (fewest nodes, so fewest NICs), least-loaded NICs among equals, domains ranked by nodes needed,
+   then NIC load. Up to two *spanning* candidates, which cross domains but use the least-loaded
+   uplinks or NICs, are kept as *secondary*: ``core.decision`` scores them only as a last resort.
+3. If no domain can hold it, up to ``limit`` spanning candidates are primary, Volcano's first (the
+   roomiest racks, bin-packed inside).
 """
 
 from __future__ import annotations
@@ -87,13 +89,35 @@ def candidates(topology: Topology, free_gpus: np.ndarray, link_mean: np.ndarray,
         return _fill(order, room, gang.size, racks, rank)
 
     for tier in range(1, topology.tiers):
-        best = _best_domains(topology.domain_of(tier), room, load, gang.size, max(1, limit - SECONDARY))
-        if not best:
+        domain = topology.domain_of(tier)
+        room_for = max(1, limit - SECONDARY)
+        packed = _binpack_domains(domain, room, free_gpus, gang.size, (room_for + 1) // 2)
+        if not packed:
             continue
-        primary = tuple(_ranked([make(nodes, 0) for nodes in best]))
-        secondary = _ranked(_spanning(topology, room, load, link_mean, make)[:SECONDARY], len(primary))
+        found: list[Candidate] = []
+        for nodes in packed + _best_domains(domain, room, load, gang.size, room_for):
+            cand = make(nodes, 0)
+            if len(found) < room_for and not _same_as_any(cand, found):
+                found.append(cand)
+        primary = tuple(_ranked(found))
+        secondary = _ranked(_spanning(topology, room, free_gpus, load, link_mean, make)[:SECONDARY], len(primary))
         return Candidates(primary, tuple(c for c in secondary if not _same_as_any(c, primary)))
-    return Candidates(tuple(_ranked(_spanning(topology, room, load, link_mean, make)[:limit])))
+    return Candidates(tuple(_ranked(_spanning(topology, room, free_gpus, load, link_mean, make)[:limit])))
+
+
+def _binpack_domains(domain: np.ndarray, room: np.ndarray, free: np.ndarray, size: int,
+                     limit: int) -> list[np.ndarray]:
+    """Volcano's binpack: the fullest ``limit`` domains that hold ``size`` members, each with its most
+    allocated nodes first (what its topology plugin would choose, best first)."""
+    usable = room > 0
+    domain_room = np.bincount(domain, weights=room)
+    domain_free = np.bincount(domain, weights=np.where(usable, free, 0), minlength=len(domain_room))
+    fitting = np.flatnonzero(domain_room >= size)
+    out = []
+    for d in fitting[np.lexsort((fitting, domain_free[fitting]))][:limit]:
+        inside = np.flatnonzero((domain == d) & usable)
+        out.append(inside[np.lexsort((inside, free[inside]))])
+    return out
 
 
 def _best_domains(domain: np.ndarray, room: np.ndarray, load: np.ndarray, size: int, limit: int) -> list[np.ndarray]:
@@ -117,14 +141,18 @@ def _best_domains(domain: np.ndarray, room: np.ndarray, load: np.ndarray, size: 
     return [order[starts[d]:ends[d]] for d in top]
 
 
-def _spanning(topology: Topology, room: np.ndarray, load: np.ndarray, link_mean: np.ndarray,
+def _spanning(topology: Topology, room: np.ndarray, free: np.ndarray, load: np.ndarray, link_mean: np.ndarray,
               make: Callable[[np.ndarray, int], Candidate]) -> list[Candidate]:
-    """Cross-domain node sets: fewest racks, least-loaded racks, least-loaded NICs."""
+    """Cross-domain node sets: Volcano's (roomiest racks, binpack inside), then fewest racks, least-loaded
+    racks, least-loaded NICs."""
     nodes = np.arange(len(room))
     orders = []
     if topology.tiers > 1:
         rack = topology.domain_of(1)
         rack_room = np.bincount(rack, weights=room)
+        roomiest = np.empty(len(rack_room), dtype=np.int64)
+        roomiest[np.lexsort((np.arange(len(rack_room)), -rack_room))] = np.arange(len(rack_room))
+        orders.append(np.lexsort((nodes, free, roomiest[rack])))
         uplink = domain_load(topology, link_mean, 1)
         for keys in ((uplink, -rack_room), (-rack_room, uplink)):
             rank_of = np.empty(len(rack_room), dtype=np.int64)
