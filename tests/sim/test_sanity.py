@@ -30,7 +30,7 @@ def test_phased_jobs_interleave_and_run_at_their_isolated_speed(sanity: SimScena
     assert all(j.comm_s == pytest.approx(j.comm_ideal_s) for j in result.jobs)
 
 
-@pytest.mark.parametrize("policy", ["default", "volcano-topology"])
+@pytest.mark.parametrize("policy", ["default", "volcano-topology", "metronome-free"])
 def test_colliding_jobs_each_get_half_the_link_so_communication_doubles(sanity: SimScenario, policy: str) -> None:
     result = run(sanity, policy)
     for name, (_, end, comm) in jobs(result).items():
@@ -49,3 +49,8 @@ def test_exclusive_reservation_runs_one_job_after_the_other(sanity: SimScenario)
 def test_isolated_time_and_slowdown_reference(sanity: SimScenario) -> None:
     result = run(sanity, "default")
     assert all(j.isolated_s == pytest.approx(ISOLATED_S) for j in result.jobs)
+
+
+def test_metronome_free_never_pads_nor_aligns(sanity: SimScenario) -> None:
+    result = run(sanity, "metronome-free")
+    assert all(j.padded_s == 0.0 and j.aligned_iterations == 0 for j in result.jobs)
