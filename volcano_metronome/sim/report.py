@@ -210,7 +210,8 @@ WIN_JCT, WIN_RECOVERED_PCT = 0.98, 50.0
 
 def issue12_targets(report: Mapping[str, Any]) -> dict[str, Any]:
     """Issue 12's do-no-harm ratios (every scenario) and win targets (meant for the contended ones)."""
-    policies, out = report["policies"], {}
+    policies = report["policies"]
+    out: dict[str, Any] = {}
     ours = policies.get("metronome")
     if not ours:
         return out
