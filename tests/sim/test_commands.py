@@ -46,10 +46,11 @@ def test_simulate_prints_the_table_and_writes_json_and_plots(tmp_path: pathlib.P
     assert set(doc) >= {"scenario", "seeds", "policies", "gains"}
     fields = {"jobs", "completed", "avg_jct_s", "p50_jct_s", "p99_jct_s", "avg_slowdown", "avg_queue_s",
               "bottleneck_utilization", "avg_link_utilization", "makespan_s", "by_priority", "decision_ms_p50",
-              "decision_ms_p99"}
+              "decision_ms_p99", "contention_excess", "avg_contention_excess_s"}
     assert all(fields <= set(f) for f in doc["policies"].values())
     assert set(doc["gains"]["metronome_vs_default"]) == {"avg_jct_reduction_pct", "p99_jct_reduction_pct",
-                                                         "bottleneck_utilization_gain_pct"}
+                                                         "bottleneck_utilization_gain_pct",
+                                                         "contention_excess_recovered_pct"}
     for png in ("jct_cdf.png", "busiest_link.png", "tdm_circle.png"):
         assert (tmp_path / "plots" / png).read_bytes()[:4] == b"\x89PNG"
 
