@@ -2,8 +2,8 @@
 
 The bound on the work per decision is ``limit`` node sets (``Policy.max_candidates``, default 8):
 
-1. If one node can hold the whole gang, the gang loads no link at all: one candidate, the fullest
-   node that fits (bin-packing keeps large holes for large gangs).
+1. If one node can hold the whole gang, the gang loads no link at all: one candidate, the node with
+   the fewest free GPUs that fits (bin-packing keeps large holes for large gangs, as Volcano does).
 2. Otherwise, at the lowest tier (rack, then pod, ...) where some domain can hold the gang, up to
    ``limit - 2`` *primary* candidates: first Volcano's binpack (the fullest fitting domains, their
    most allocated nodes first), for half of them, so the core never places worse than Volcano's
@@ -82,7 +82,7 @@ def candidates(topology: Topology, free_gpus: np.ndarray, link_mean: np.ndarray,
 
     single = np.flatnonzero(room >= gang.size)
     if len(single):
-        best = single[np.lexsort((single, load[single], room[single]))[0]]
+        best = single[np.lexsort((single, load[single], free_gpus[single]))[0]]
         return Candidates((Candidate(np.array([best]), np.array([gang.size]), 1, 0),))
 
     def make(order: np.ndarray, rank: int) -> Candidate:
