@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -13,7 +15,7 @@ from volcano_metronome.core.decision import Decision, _unlocked_closure, decide,
 from volcano_metronome.core.grid import lay_out
 from volcano_metronome.core.model import Policy
 from volcano_metronome.core.placement import candidates
-from volcano_metronome.core.reoptimize import reoptimise
+from volcano_metronome.core.reoptimize import reoptimise, total_overflow
 from volcano_metronome.core.topology import leaf_spine
 from volcano_metronome.core.traffic import loaded_links
 from volcano_metronome.scenario import JobSpec
@@ -70,8 +72,8 @@ def test_the_closure_takes_unlocked_neighbours_of_neighbours_along():
 def test_a_neighbour_sitting_in_overflow_is_never_locked():
     snap = empty(ring(4), 8)
     # g0 and g1 collide on n1 (both send in slots 0..5 of 12); g2 on n2-n3 sends elsewhere.
-    snap.assume(gang("g0", 2, 1, 60.0, 0.0, 30.0), np.array([0, 1]), np.array([1, 1]), 0, locked=False)
-    snap.assume(gang("g1", 2, 1, 60.0, 0.0, 30.0), np.array([1, 2]), np.array([1, 1]), 0, locked=False)
+    snap.assume(gang("g0", 2, 1, 60.0, 0.0, 30.0), np.array([0, 1]), np.array([1, 1]), 0, hold_gpus=False, locked=False)
+    snap.assume(gang("g1", 2, 1, 60.0, 0.0, 30.0), np.array([1, 2]), np.array([1, 1]), 0, hold_gpus=False, locked=False)
     assert not snap.clean("g0") and not snap.clean("g1")
     d = decide(snap, gang("g2", 2, 1, 60.0, 0.0, 30.0), POLICY)  # can only share n2 or n3 with g1
     assert isinstance(d, Decision) and not d.locked and d.locks == ()
@@ -127,3 +129,30 @@ def test_the_first_candidate_is_volcano_topologys_binpack(free: list[int], worke
         nodes, members = theirs[0]
         first = found.primary[0]
         assert list(first.nodes) == list(nodes) and list(first.members) == list(members)
+
+
+def test_a_lock_moves_the_provisional_offsets_of_the_free_gangs_it_takes_along():
+    snap = empty(ring(4), 8)
+    # g0 on n0-n1 sends in slots 0..5 of 12, g1 on n2-n3 in slots 3..8: both free, so both provisional.
+    snap.assume(gang("g0", 2, 8, 60.0, 0.0, 30.0), np.array([0, 1]), np.array([1, 1]), 0, hold_gpus=False, locked=False)
+    snap.assume(gang("g1", 2, 8, 60.0, 0.0, 30.0), np.array([2, 3]), np.array([1, 1]), 3, hold_gpus=False, locked=False)
+    new = dataclasses.replace(gang("new", 2, 8, 60.0, 0.0, 30.0), nodes=frozenset({"n1", "n2"}))
+    # Against those offsets every phase of new overflows on n1 or n2; with g1 moved onto g0's slots, none does.
+    d = decide(snap, new, POLICY)
+    assert isinstance(d, Decision) and d.locked and set(d.locks) == {"g0", "g1"}
+    assert d.relocations and d.overflow_gbps_ms == 0.0
+    commit(snap, new, d)
+    assert all(snap.placed[u].locked and snap.clean(u) for u in ("g0", "g1", "new"))
+    assert total_overflow(snap) == 0
+
+
+def test_without_a_joint_fit_nothing_moves_and_nobody_locks():
+    snap = empty(ring(4), 8)
+    snap.assume(gang("g0", 2, 8, 60.0, 0.0, 40.0), np.array([0, 1]), np.array([1, 1]), 0, hold_gpus=False, locked=False)
+    snap.assume(gang("g1", 2, 8, 60.0, 0.0, 40.0), np.array([2, 3]), np.array([1, 1]), 3, hold_gpus=False, locked=False)
+    before = {u: snap.placed[u].offset for u in ("g0", "g1")}
+    new = dataclasses.replace(gang("new", 2, 8, 60.0, 0.0, 30.0), nodes=frozenset({"n1", "n2"}))
+    d = decide(snap, new, POLICY)  # 40 + 30 ms of bursts in a 60 ms period: no phase avoids overflow
+    assert isinstance(d, Decision) and not d.locked and d.locks == () and d.relocations == ()
+    assert {u: snap.placed[u].offset for u in ("g0", "g1")} == before
+    assert not snap.placed["g0"].locked and not snap.placed["g1"].locked and set(snap.placed) == {"g0", "g1"}

@@ -29,6 +29,11 @@ there can phases matter. A gang is *locked* (its runtime aligns to the offset) o
   sides of each collision) exceed the padding the lock costs (snapping error plus half the jitter per
   iteration, for the gang and for every neighbour it locks).
 
+Where the gang's own collisions do not pay for the lock, the collisions the gangs of the closure
+would spare one another are added (each one's overflow at a random phase against the others,
+``_free_ms``); where the closure's provisional offsets leave the gang no offset without overflow,
+those offsets are re-optimised among themselves first (they run free, so they may move before they
+lock: ``Decision.relocations``), and the lock is taken only if none of them then overflows.
 Otherwise it runs free, and so do its neighbours. With lock on demand, candidate node sets are
 ranked by that expected cost first (padding where locked, collisions where free, nothing where no
 link is contended), then by locality and their rank in ``core.placement`` (binpack first, as
@@ -38,6 +43,7 @@ with no contended link.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -78,6 +84,7 @@ class Decision:
     expected_ms: float = 0.0  # predicted cost per hyperperiod: lock padding when locked, else collisions
     free_delay_ms: float = 0.0  # what running free would cost in collisions (per hyperperiod)
     padding_ms: float = 0.0  # what locking would cost in padding (per hyperperiod)
+    relocations: tuple[tuple[str, int], ...] = ()  # new offsets (slots) of gangs in ``locks``, where they move
 
 
 @dataclass(frozen=True)
@@ -125,6 +132,8 @@ class _Lock:
     locks: tuple[str, ...]
     free_delay_ms: float
     padding_ms: float
+    closure: tuple[str, ...] = ()  # the unlocked gangs a lock would take along, locked or not
+    no_overflow: bool = True
 
     @property
     def expected_ms(self) -> float:
@@ -155,7 +164,64 @@ def decide(snapshot: Snapshot, gang: Gang, policy: Policy, earliest: int = 0) ->
             f"priority protection: every node set and offset would delay more than "
             f"{policy.overflow_tolerance:.0%} of a higher-priority gang's traffic on some link"))
     best = min(scored, key=_Scored.expected_key if policy.lock_on_demand else _Scored.key)
-    return _decision(snapshot, gang, pattern, best)
+    lock = best.lock
+    if not (policy.lock_on_demand and not lock.locked and lock.closure and math.isfinite(lock.padding_ms)):
+        return _decision(snapshot, gang, pattern, best)
+    # The gangs a lock takes along collide among themselves too while they run free: count that saving.
+    span = int(np.lcm(snapshot.hyperperiod, pattern.slots))
+    saving = lock.free_delay_ms + sum(_free_ms(snapshot, uid, policy, span) for uid in lock.closure)
+    if saving <= lock.padding_ms:
+        return _decision(snapshot, gang, pattern, best)
+    whole = dataclasses.replace(lock, locked=True, locks=lock.closure, free_delay_ms=saving)
+    if lock.no_overflow and all(snapshot.clean(uid) for uid in lock.closure):
+        return _decision(snapshot, gang, pattern, dataclasses.replace(best, lock=whole))
+    moved = _relocate(snapshot, gang, pattern, best, policy)
+    if moved is None:
+        return _decision(snapshot, gang, pattern, best)
+    offset = moved.pop(gang.uid)
+    best = dataclasses.replace(best, offset=offset, lateness=(offset - earliest) % pattern.slots,
+                               feasible=bool(score_offsets(snapshot, gang, pattern, best.candidate.nodes,
+                                                           policy).fits[offset]),
+                               cost=0.0, overflow=0, lock=whole)
+    return dataclasses.replace(_decision(snapshot, gang, pattern, best), relocations=tuple(sorted(
+        (uid, o) for uid, o in moved.items() if o != snapshot.placed[uid].offset)))
+
+
+def _free_ms(snapshot: Snapshot, uid: str, policy: Policy, span: int) -> float:
+    """What gang ``uid`` loses and costs others in collisions over ``span`` slots while it runs free."""
+    placed = snapshot.forget(uid)
+    try:
+        scores = score_offsets(snapshot, placed.gang, placed.pattern, placed.nodes, policy)
+    finally:
+        snapshot.assume(placed.gang, placed.nodes, placed.members, placed.offset, placed.pattern,
+                        placed.holds_gpus, placed.locked)
+    own = math.lcm(snapshot.hyperperiod, placed.pattern.slots)
+    return scores.free_delay * snapshot.grid.slot_ms * span / own
+
+
+def _relocate(snapshot: Snapshot, gang: Gang, pattern: Pattern, best: _Scored, policy: Policy) -> dict[str, int] | None:
+    """Offsets for the gang and the unlocked gangs its lock takes along at which none of them overflows,
+    or None. Their current offsets are provisional (they run free), so they may move before they lock:
+    re-optimisation over just them, every other gang frozen; the snapshot is left as it was."""
+    from volcano_metronome.core.reoptimize import reoptimise  # it scores with this module's kernels
+
+    movable = (gang.uid,) + best.lock.closure
+    saved = {uid: snapshot.placed[uid].offset for uid in best.lock.closure}
+    snapshot.assume(gang, best.candidate.nodes, best.candidate.members, best.offset, pattern, hold_gpus=False)
+    for uid in best.lock.closure:
+        snapshot.lock(uid)
+    try:
+        reoptimise(snapshot, policy, max_moves=len(movable), max_passes=3,
+                   frozen=frozenset(snapshot.placed) - frozenset(movable))
+        ok = all(snapshot.clean(uid) for uid in movable)
+        found = {uid: snapshot.placed[uid].offset for uid in movable}
+    finally:
+        snapshot.forget(gang.uid)
+        for uid, offset in saved.items():
+            placed = snapshot.forget(uid)
+            snapshot.assume(placed.gang, placed.nodes, placed.members, offset, placed.pattern, placed.holds_gpus,
+                            locked=False)
+    return found if ok else None
 
 
 @dataclass(frozen=True, eq=False)
@@ -247,7 +313,7 @@ def _lock(snapshot: Snapshot, gang: Gang, pattern: Pattern, nodes: np.ndarray, n
     padding = padding_ms(gang, pattern, span) + sum(
         padding_ms(snapshot.placed[uid].gang, snapshot.placed[uid].pattern, span) for uid in unlocked)
     pays = no_overflow and free_ms > padding and all(snapshot.clean(uid) for uid in unlocked)
-    return _Lock(pays, unlocked if pays else (), free_ms, padding)
+    return _Lock(pays, unlocked if pays else (), free_ms, padding, unlocked, no_overflow)
 
 
 def _unlocked_closure(snapshot: Snapshot, neighbours: set[str], links: np.ndarray,
