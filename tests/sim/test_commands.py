@@ -29,7 +29,8 @@ def test_scenarios_lists_the_built_in_ones(capsys: pytest.CaptureFixture[str]) -
     assert main(["scenarios"]) == 0
     out = capsys.readouterr().out
     rows = {line.split()[0] for line in out.splitlines()[1:]}
-    assert rows == {"sanity-2jobs", "testbed-24", "cluster-256", "cluster-256-light", "scale-1k"}
+    assert rows == {"sanity-2jobs", "testbed-24", "cluster-256", "cluster-256-light", "scale-1k", "multi-tenant",
+                    "oversubscribed-racks", "llm-heavy"}
     assert main(["scenarios", "--show", "sanity-2jobs"]) == 0
     assert "name: sanity-2jobs" in capsys.readouterr().out
 
