@@ -232,6 +232,29 @@ def issue12_targets(report: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+#: Below this share of running time lost to contention under volcano-topology, offsets cannot matter.
+SHARED_EXCESS = 0.01
+
+
+def regime(report: Mapping[str, Any]) -> str:
+    """One line saying whether offsets can matter on this run (from volcano-topology's contention excess)."""
+    policies = report["policies"]
+    base = "volcano-topology" if "volcano-topology" in policies else None
+    if base is None or policies[base].get("contention_excess") is None:
+        return "regime: unknown (run volcano-topology to see how much contention packing leaves)"
+    excess = policies[base]["contention_excess"]
+    if excess < SHARED_EXCESS:
+        return (f"regime: OFFSETS CANNOT MATTER HERE: under volcano-topology contention costs {100 * excess:.1f}% of "
+                "running time, so any difference between the policies is placement and queueing, not time-division")
+    gains = report["gains"]
+    vt = gains.get("metronome_vs_volcano-topology", {}).get("contention_excess_recovered_pct")
+    free = gains.get("metronome_vs_metronome-free", {}).get("contention_excess_recovered_pct")
+    jct = gains.get("metronome_vs_metronome-free", {}).get("avg_jct_reduction_pct")
+    return (f"regime: LINKS ARE SHARED, OFFSETS CAN MATTER: under volcano-topology contention costs {100 * excess:.1f}% of "
+            f"running time; metronome recovered {_fmt(vt, 1)}% of it; the offsets alone (metronome vs metronome-free) "
+            f"recovered {_fmt(free, 1)}% of metronome-free's and changed avg JCT by {_signed(_neg(jct))}")
+
+
 def _job_figures(done: Sequence[JobRun]) -> dict[str, Any]:
     if not done:
         return {"avg_jct_s": None, "p50_jct_s": None, "p99_jct_s": None, "avg_slowdown": None, "avg_queue_s": None}
