@@ -80,7 +80,7 @@ def figures(run: RunResult) -> dict[str, Any]:
     out["comm_stretch"] = _r(sum(j.comm_s for j in networked) / ideal) if ideal else 1.0
     out["networked_jobs"] = len(networked)
     # Contention excess: communication time beyond the uncontended time (the ceiling offsets can win back).
-    excess = sum(j.comm_s - j.comm_ideal_s for j in networked)
+    excess = sum(max(0.0, j.comm_s - j.comm_ideal_s) for j in networked)  # no float residue below zero
     running = sum(j.end_s - j.start_s for j in done)
     out["avg_contention_excess_s"] = _r(excess / len(done)) if done else None
     out["contention_excess"] = _r(excess / running) if running > 0 else 0.0
