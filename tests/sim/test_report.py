@@ -10,7 +10,8 @@ import pytest
 from volcano_metronome.core.profile import Profile, Window
 from volcano_metronome.scenario import JobSpec
 from volcano_metronome.sim.engine import JobRun, RunResult
-from volcano_metronome.sim.report import bottleneck_links, compare, figures, gains, issue12_targets, utilisation_series
+from volcano_metronome.sim.report import (bottleneck_links, compare, figures, gains, issue12_targets, regime,
+                                         utilisation_series)
 
 
 def job(name: str, arrival: float, start: float, end: float, priority: int = 0) -> JobRun:
@@ -111,3 +112,16 @@ def test_issue12_targets_are_ratios_to_each_baseline() -> None:
     assert "no_harm.avg_jct_s_vs_cassini" not in t  # cassini was not run
     assert t["win_if_contended.avg_jct_vs_volcano-topology"]["met"] is True
     assert t["win_if_contended.excess_recovered_vs_volcano-topology"]["met"] is False
+
+
+def test_regime_says_whether_offsets_can_matter() -> None:
+    def report(excess: float) -> dict[str, Any]:
+        return {"policies": {"volcano-topology": {"contention_excess": excess}, "metronome": {}},
+                "gains": {"metronome_vs_volcano-topology": {"contention_excess_recovered_pct": 60.0},
+                          "metronome_vs_metronome-free": {"contention_excess_recovered_pct": 55.0,
+                                                          "avg_jct_reduction_pct": 3.0}}}
+
+    assert "OFFSETS CANNOT MATTER" in regime(report(0.004))
+    shared = regime(report(0.08))
+    assert "LINKS ARE SHARED" in shared and "8.0%" in shared and "recovered 60.0%" in shared and "-3.0%" in shared
+    assert "unknown" in regime({"policies": {"metronome": {}}, "gains": {}})

@@ -80,7 +80,7 @@ def figures(run: RunResult) -> dict[str, Any]:
     out["comm_stretch"] = _r(sum(j.comm_s for j in networked) / ideal) if ideal else 1.0
     out["networked_jobs"] = len(networked)
     # Contention excess: communication time beyond the uncontended time (the ceiling offsets can win back).
-    excess = sum(j.comm_s - j.comm_ideal_s for j in networked)
+    excess = sum(max(0.0, j.comm_s - j.comm_ideal_s) for j in networked)  # no float residue below zero
     running = sum(j.end_s - j.start_s for j in done)
     out["avg_contention_excess_s"] = _r(excess / len(done)) if done else None
     out["contention_excess"] = _r(excess / running) if running > 0 else 0.0
@@ -230,6 +230,29 @@ def issue12_targets(report: Mapping[str, Any]) -> dict[str, Any]:
         out["win_if_contended.excess_recovered_vs_volcano-topology"] = {
             "target": f">= {WIN_RECOVERED_PCT:g}%", "value": recovered, "met": recovered >= WIN_RECOVERED_PCT}
     return out
+
+
+#: Below this share of running time lost to contention under volcano-topology, offsets cannot matter.
+SHARED_EXCESS = 0.01
+
+
+def regime(report: Mapping[str, Any]) -> str:
+    """One line saying whether offsets can matter on this run (from volcano-topology's contention excess)."""
+    policies = report["policies"]
+    base = "volcano-topology" if "volcano-topology" in policies else None
+    if base is None or policies[base].get("contention_excess") is None:
+        return "regime: unknown (run volcano-topology to see how much contention packing leaves)"
+    excess = policies[base]["contention_excess"]
+    if excess < SHARED_EXCESS:
+        return (f"regime: OFFSETS CANNOT MATTER HERE: under volcano-topology contention costs {100 * excess:.1f}% of "
+                "running time, so any difference between the policies is placement and queueing, not time-division")
+    gains = report["gains"]
+    vt = gains.get("metronome_vs_volcano-topology", {}).get("contention_excess_recovered_pct")
+    free = gains.get("metronome_vs_metronome-free", {}).get("contention_excess_recovered_pct")
+    jct = gains.get("metronome_vs_metronome-free", {}).get("avg_jct_reduction_pct")
+    return (f"regime: LINKS ARE SHARED, OFFSETS CAN MATTER: under volcano-topology contention costs {100 * excess:.1f}% of "
+            f"running time; metronome recovered {_fmt(vt, 1)}% of it; the offsets alone (metronome vs metronome-free) "
+            f"recovered {_fmt(free, 1)}% of metronome-free's and changed avg JCT by {_signed(_neg(jct))}")
 
 
 def _job_figures(done: Sequence[JobRun]) -> dict[str, Any]:
