@@ -114,16 +114,19 @@ def test_free_delay_is_the_reference_overflow_averaged_over_every_offset(data):
     assert np.isclose(scores.free_delay, expected)
 
 
-@settings(max_examples=60, deadline=None)
-@given(st.lists(st.integers(0, 8), min_size=12, max_size=12), st.integers(1, 10), st.sampled_from([1, 2, 4, 8]))
-def test_the_first_candidate_is_volcano_topologys_binpack(free: list[int], workers: int, gpus: int):
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.integers(0, 8), min_size=12, max_size=12), st.integers(1, 10), st.sampled_from([1, 2, 4, 8]),
+       st.lists(st.integers(0, 100), min_size=30, max_size=30))
+def test_the_first_candidate_is_volcano_topologys_binpack(free: list[int], workers: int, gpus: int,
+                                                          loads: list[int]):
     # Never place worse than Volcano's topology plugin: its choice is always the first candidate.
     topo = leaf_spine(3, 4, 100.0, 200.0)
     free_gpus = np.array(free, dtype=np.int64)
     job = JobSpec("j", 0.0, workers, gpus, 10, 0, gang("j").profile)
     rack = topo.domain_of(1)
     theirs = lowest_tier(free_gpus, rack, job)
-    found = candidates(topo, free_gpus, np.zeros(len(topo.links)), job.gang(), 8)
+    link_mean = np.resize(np.array(loads, dtype=float), len(topo.links))  # whatever the links carry
+    found = candidates(topo, free_gpus, link_mean, job.gang(), 8)
     assert bool(theirs) == bool(found.primary)
     if theirs:
         nodes, members = theirs[0]

@@ -82,7 +82,7 @@ def candidates(topology: Topology, free_gpus: np.ndarray, link_mean: np.ndarray,
 
     single = np.flatnonzero(room >= gang.size)
     if len(single):
-        best = single[np.lexsort((single, load[single], free_gpus[single]))[0]]
+        best = single[np.lexsort((single, free_gpus[single]))[0]]
         return Candidates((Candidate(np.array([best]), np.array([gang.size]), 1, 0),))
 
     def make(order: np.ndarray, rank: int) -> Candidate:
@@ -91,11 +91,11 @@ def candidates(topology: Topology, free_gpus: np.ndarray, link_mean: np.ndarray,
     for tier in range(1, topology.tiers):
         domain = topology.domain_of(tier)
         room_for = max(1, limit - SECONDARY)
-        packed = _binpack_domains(domain, room, free_gpus, gang.size, (room_for + 1) // 2)
+        packed = _binpack_domains(domain, room, free_gpus, gang.size, room_for)
         if not packed:
             continue
         found: list[Candidate] = []
-        for nodes in packed + _best_domains(domain, room, load, gang.size, room_for):
+        for nodes in packed:
             cand = make(nodes, 0)
             if len(found) < room_for and not _same_as_any(cand, found):
                 found.append(cand)
