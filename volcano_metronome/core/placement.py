@@ -1,16 +1,17 @@
-"""Candidate node sets for a gang: GPU fit, then locality, then least-loaded links.
+"""Candidate node sets for a gang: GPU fit, then locality, binpacked as Volcano would.
 
 The bound on the work per decision is ``limit`` node sets (``Policy.max_candidates``, default 8):
 
 1. If one node can hold the whole gang, the gang loads no link at all: one candidate, the node with
    the fewest free GPUs that fits (bin-packing keeps large holes for large gangs, as Volcano does).
 2. Otherwise, at the lowest tier (rack, then pod, ...) where some domain can hold the gang, up to
-   ``limit - 2`` *primary* candidates: first Volcano's binpack (the fullest fitting domains, their
-   most allocated nodes first), for half of them, so the core never places worse than Volcano's
-   topology plugin would; then one per fitting domain with its nodes with the most room first
-   (fewest nodes, so fewest NICs), least-loaded NICs among equals, domains ranked by nodes needed,
-   then NIC load. Up to two *spanning* candidates, which cross domains but use the least-loaded
-   uplinks or NICs, are kept as *secondary*: ``core.decision`` scores them only as a last resort.
+   ``limit - 2`` *primary* candidates, Volcano's binpack in each: the fullest fitting domains first,
+   their most allocated nodes first. The first is what Volcano's topology plugin would choose, so
+   the core never places worse than it; the others let ``core.decision`` trade a fuller rack for
+   less contention (a fill of the emptiest nodes instead fragmented partly used nodes and queued
+   later gangs longer). Up to two *spanning* candidates, which cross domains but use the
+   least-loaded uplinks or NICs, are kept as *secondary*: ``core.decision`` scores them only as a
+   last resort.
 3. If no domain can hold it, up to ``limit`` spanning candidates are primary, Volcano's first (the
    roomiest racks, bin-packed inside).
 """
@@ -94,12 +95,7 @@ def candidates(topology: Topology, free_gpus: np.ndarray, link_mean: np.ndarray,
         packed = _binpack_domains(domain, room, free_gpus, gang.size, room_for)
         if not packed:
             continue
-        found: list[Candidate] = []
-        for nodes in packed:
-            cand = make(nodes, 0)
-            if len(found) < room_for and not _same_as_any(cand, found):
-                found.append(cand)
-        primary = tuple(_ranked(found))
+        primary = tuple(_ranked([make(nodes, 0) for nodes in packed]))
         secondary = _ranked(_spanning(topology, room, free_gpus, load, link_mean, make)[:SECONDARY], len(primary))
         return Candidates(primary, tuple(c for c in secondary if not _same_as_any(c, primary)))
     return Candidates(tuple(_ranked(_spanning(topology, room, free_gpus, load, link_mean, make)[:limit])))
@@ -118,27 +114,6 @@ def _binpack_domains(domain: np.ndarray, room: np.ndarray, free: np.ndarray, siz
         inside = np.flatnonzero((domain == d) & usable)
         out.append(inside[np.lexsort((inside, free[inside]))])
     return out
-
-
-def _best_domains(domain: np.ndarray, room: np.ndarray, load: np.ndarray, size: int, limit: int) -> list[np.ndarray]:
-    """For the ``limit`` best domains that can hold ``size`` members: their nodes in fill order."""
-    nodes = np.arange(len(room))
-    order = np.lexsort((nodes, load, -room, domain))
-    starts = np.searchsorted(domain[order], np.arange(int(domain.max()) + 1))
-    ends = np.append(starts[1:], len(order))
-    cum_room = np.cumsum(room[order])
-    before = np.where(starts > 0, cum_room[starts - 1], 0)
-    within = cum_room - np.repeat(before, ends - starts)
-    reached = np.where(within >= size, nodes, len(nodes))
-    first = np.minimum.reduceat(reached, starts)
-    fitting = np.flatnonzero(first < ends)
-    if not len(fitting):
-        return []
-    needed = first[fitting] - starts[fitting] + 1
-    cum_load = np.concatenate([[0.0], np.cumsum(load[order])])
-    chosen_load = cum_load[first[fitting] + 1] - cum_load[starts[fitting]]
-    top = fitting[np.lexsort((order[starts[fitting]], chosen_load, needed))[:limit]]
-    return [order[starts[d]:ends[d]] for d in top]
 
 
 def _spanning(topology: Topology, room: np.ndarray, free: np.ndarray, load: np.ndarray, link_mean: np.ndarray,
