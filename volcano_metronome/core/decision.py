@@ -147,7 +147,8 @@ def decide(snapshot: Snapshot, gang: Gang, policy: Policy, earliest: int = 0) ->
     """
     pattern = lay_out(gang.profile, snapshot.grid)
     free, admitted = _free_for(snapshot, gang)
-    found = candidates(snapshot.topology, free, snapshot.link_mean, gang, policy.max_candidates)
+    found = candidates(snapshot.topology, free, snapshot.link_mean, gang, policy.max_candidates,
+                       secondary=not policy.lock_on_demand)
     if not found.primary:
         reason = found.reason
         if admitted is not None:
@@ -158,6 +159,8 @@ def decide(snapshot: Snapshot, gang: Gang, policy: Policy, earliest: int = 0) ->
     # Crossing more domains than needed is a worse placement than any contention it avoids (Volcano's
     # topology plugin would not do it either), so with lock on demand spanning candidates are a last resort.
     if not scored if policy.lock_on_demand else not any(s.feasible for s in scored):
+        if policy.lock_on_demand:  # built only now: most decisions never need them
+            found = candidates(snapshot.topology, free, snapshot.link_mean, gang, policy.max_candidates)
         scored += [s for c in found.secondary if (s := _score(snapshot, gang, pattern, c, policy, earliest)) is not None]
     if not scored:
         return NoFit(gang.uid, (

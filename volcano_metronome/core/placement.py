@@ -70,8 +70,9 @@ def domain_load(topology: Topology, link_mean: np.ndarray, tier: int) -> np.ndar
 
 
 def candidates(topology: Topology, free_gpus: np.ndarray, link_mean: np.ndarray, gang: Gang,
-               limit: int) -> Candidates:
-    """Node sets worth scoring for ``gang`` (see the module docstring for the bound)."""
+               limit: int, secondary: bool = True) -> Candidates:
+    """Node sets worth scoring for ``gang`` (see the module docstring for the bound); without
+    ``secondary``, the spanning candidates kept in reserve are not built."""
     room = member_room(free_gpus, gang)
     if room.sum() < gang.size:
         usable = int((room > 0).sum())
@@ -96,8 +97,10 @@ def candidates(topology: Topology, free_gpus: np.ndarray, link_mean: np.ndarray,
         if not packed:
             continue
         primary = tuple(_ranked([make(nodes, 0) for nodes in packed]))
-        secondary = _ranked(_spanning(topology, room, free_gpus, load, link_mean, make)[:SECONDARY], len(primary))
-        return Candidates(primary, tuple(c for c in secondary if not _same_as_any(c, primary)))
+        if not secondary:
+            return Candidates(primary)
+        spanning = _ranked(_spanning(topology, room, free_gpus, load, link_mean, make)[:SECONDARY], len(primary))
+        return Candidates(primary, tuple(c for c in spanning if not _same_as_any(c, primary)))
     return Candidates(tuple(_ranked(_spanning(topology, room, free_gpus, load, link_mean, make)[:limit])))
 
 
