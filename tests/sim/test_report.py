@@ -102,7 +102,7 @@ def test_issue12_targets_are_ratios_to_each_baseline() -> None:
     def fig(avg: float, p99: float) -> dict[str, Any]:
         return {"avg_jct_s": avg, "p99_jct_s": p99}
 
-    report = {"policies": {"metronome": fig(98.0, 105.0), "volcano-topology": fig(100.0, 100.0),
+    report = {"policies": {"metronome": fig(98.0, 105.0), "volcano-topology": {**fig(100.0, 100.0), "contention_excess": 0.05},
                            "metronome-free": fig(97.0, 100.0)},
               "gains": {"metronome_vs_volcano-topology": {"contention_excess_recovered_pct": 40.0}}}
     t = issue12_targets(report)
@@ -112,6 +112,11 @@ def test_issue12_targets_are_ratios_to_each_baseline() -> None:
     assert "no_harm.avg_jct_s_vs_cassini" not in t  # cassini was not run
     assert t["win_if_contended.avg_jct_vs_volcano-topology"]["met"] is True
     assert t["win_if_contended.excess_recovered_vs_volcano-topology"]["met"] is False
+
+    # Uncontended: the win targets are reported as not applying, never as met.
+    report["policies"]["volcano-topology"]["contention_excess"] = 0.001
+    t = issue12_targets(report)
+    assert t["win_if_contended"]["applies"] is False and not any(k.startswith("win_if_contended.") for k in t)
 
 
 def test_regime_says_whether_offsets_can_matter() -> None:

@@ -4,7 +4,10 @@ Rates are fractions of the NIC line rate, so one entry serves any cluster: ``ent
 is the profile on 200 Gbps NICs. An entry is derived for a reference NIC (``reference_gbps``); on
 another NIC each window moves the same volume at the same fraction of the new line rate, so it
 lasts ``reference / line rate`` as long, and the windows after it, and the period, move by the time
-saved (compute time does not change). Each entry carries the derivation of its numbers.
+saved (compute time does not change). On named hardware (``compute_scale``: a GPU's dense bf16
+peak at a model-FLOPs utilisation) every compute gap scales by ``reference_tflops / (peak x mfu)``;
+with overlap, part of a window hides under the compute before it (``ModelWindow.overlap``). Each
+entry carries the derivation of its numbers.
 """
 
 from __future__ import annotations
