@@ -7,11 +7,14 @@ import pathlib
 import shutil
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from volcano_metronome.core.errors import InvalidInput
+from volcano_metronome.core.profile import Profile, Window
 from volcano_metronome.runtime import SLOT_FILES, Metronome, Timing, next_start_ms
+from volcano_metronome.scenario import JobSpec
+from volcano_metronome.sim.engine import Engine, JobRun
 
 
 @given(st.floats(0, 1e9), st.floats(0, 1e9), st.floats(1, 10_000), st.floats(0, 10_000))
@@ -184,3 +187,22 @@ def test_from_dir_refuses_garbage_at_start_and_ignores_it_later(tmp_path: pathli
     with pytest.warns(RuntimeWarning, match="period-ms"):
         waited = m.wait()
     assert waited == pytest.approx(50.0) and m.period_ms == 200.0  # the previous slot stays
+
+
+@settings(deadline=None)
+@given(st.lists(st.floats(0.0, 3.0), min_size=1, max_size=30), st.sampled_from([0.2, 0.25, 0.39]),
+       st.floats(0.0, 0.2))
+def test_the_simulator_aims_every_burst_exactly_as_the_runtime_helper_does(readies, period, offset):
+    # The simulator's runtime model (sim.engine) must not drift from the helper: both aim with
+    # runtime.aim, so a gang's bursts ready at the same instants go at the same instants.
+    job = JobRun(JobSpec("j", 0.0, 2, 1, 10, 0, Profile(period * 1000.0, (Window(0.0, 10.0, 10.0),))), 0, 0)
+    job.offset_s, job.grid_period_s, job.realign = offset, period, True
+    clock = [0.0]
+    helper = Metronome(period * 1000.0, offset * 1000.0, 0.0, clock=lambda: clock[0], sleep=lambda s: None)
+    now = 0.0
+    for gap in readies:
+        now += gap
+        clock[0] = now
+        waited = helper.wait()
+        target = Engine._target(None, job, now)  # type: ignore[arg-type]
+        assert max(target, now) == pytest.approx(now + waited / 1000.0, abs=1e-6)

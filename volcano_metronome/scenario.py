@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from volcano_metronome.catalog import Catalog, builtin, entry_from_mapping
+from volcano_metronome.catalog import GPU_PEAK_TFLOPS, Catalog, CatalogEntry, builtin, compute_scale, entry_from_mapping
 from volcano_metronome.core import fields
 from volcano_metronome.core.errors import InvalidInput
 from volcano_metronome.core.grid import DEFAULT_SLOT_MS, SlotGrid
@@ -22,17 +22,37 @@ TOP_LEVEL_KEYS = {"name", "slot_ms", "max_hyperperiod_ms", "topology", "policy",
 
 @dataclass(frozen=True)
 class TopologySpec:
-    """A leaf-spine cluster: racks x nodes, GPUs per node, NIC and rack-uplink capacities."""
+    """A leaf-spine cluster: racks x nodes, GPUs and NICs per node, NIC and rack-uplink capacities, GPU model.
+
+    Several NICs per node (``nics_per_node``, each of ``nic_gbps``) reach the core as one node link
+    of their aggregate capacity. A gang's ring leaves a node through the NICs of one worker's GPUs
+    (``rails``), so its catalog profile is taken at ``rails x nic_gbps``. ``gpu`` and ``mfu`` (the
+    model-FLOPs utilisation it sustains) scale catalog compute times (``catalog.compute_scale``).
+    """
 
     racks: int
     nodes_per_rack: int
     gpus_per_node: int
     nic_gbps: float
     uplink_gbps: float | None = None
+    nics_per_node: int = 1
+    gpu: str | None = None
+    mfu: float | None = None
 
     def build(self) -> Topology:
         """The topology value the core works on."""
-        return leaf_spine(self.racks, self.nodes_per_rack, self.nic_gbps, self.uplink_gbps)
+        return leaf_spine(self.racks, self.nodes_per_rack, self.nic_gbps * self.nics_per_node, self.uplink_gbps)
+
+    def rails(self, gpus_per_worker: int) -> int:
+        """NICs a worker of ``gpus_per_worker`` GPUs sends through (its GPUs' share of the node's NICs, at least 1)."""
+        if not self.gpus_per_node:
+            return 1
+        return max(1, min(self.nics_per_node, gpus_per_worker * self.nics_per_node // self.gpus_per_node))
+
+    def profile(self, entry: CatalogEntry, gpus_per_worker: int, overlap: bool = False) -> Profile:
+        """``entry``'s profile for a worker of ``gpus_per_worker`` GPUs on this cluster's NICs and GPUs."""
+        return entry.profile(self.rails(gpus_per_worker) * self.nic_gbps, compute_scale(entry, self.gpu, self.mfu),
+                             overlap)
 
     @property
     def nodes(self) -> int:
@@ -104,8 +124,8 @@ def parse(data: Any, catalog: Catalog | None = None, extra_keys: frozenset[str] 
 
 
 def parse_topology(data: Any) -> TopologySpec:
-    """Parse ``topology: {racks, nodes_per_rack, gpus_per_node, nic_gbps, uplink_gbps}``."""
-    keys = {"racks", "nodes_per_rack", "gpus_per_node", "nic_gbps", "uplink_gbps"}
+    """Parse ``topology: {racks, nodes_per_rack, gpus_per_node, nic_gbps, uplink_gbps, nics_per_node, gpu, mfu}``."""
+    keys = {"racks", "nodes_per_rack", "gpus_per_node", "nic_gbps", "uplink_gbps", "nics_per_node", "gpu", "mfu"}
     fields.mapping(data, "topology", keys)
     racks = fields.integer(data.get("racks", 1), "topology.racks", 1)
     if racks > 1 and "uplink_gbps" not in data:
@@ -117,8 +137,24 @@ def parse_topology(data: Any) -> TopologySpec:
         nic_gbps=fields.positive(data.get("nic_gbps"), "topology.nic_gbps"),
         uplink_gbps=None if racks == 1 and "uplink_gbps" not in data
         else fields.positive(data.get("uplink_gbps"), "topology.uplink_gbps"),
+        nics_per_node=fields.integer(data.get("nics_per_node", 1), "topology.nics_per_node", 1),
+        gpu=_gpu(data.get("gpu")),
+        mfu=None if data.get("mfu") is None else fields.number(data.get("mfu"), "topology.mfu"),
     )
+    if (spec.gpu is None) != (spec.mfu is None):
+        raise InvalidInput("topology.mfu" if spec.gpu else "topology.gpu", spec.mfu if spec.gpu else spec.gpu,
+                           "gpu and mfu given together (or neither)")
+    if spec.mfu is not None and not 0.0 < spec.mfu <= 1.0:
+        raise InvalidInput("topology.mfu", spec.mfu, "a model-FLOPs utilisation in (0, 1]")
     return spec
+
+
+def _gpu(value: Any) -> str | None:
+    if value is None:
+        return None
+    if value not in GPU_PEAK_TFLOPS:
+        raise InvalidInput("topology.gpu", value, f"one of {', '.join(GPU_PEAK_TFLOPS)}")
+    return str(value)
 
 
 def parse_policy(data: Any, grid: SlotGrid) -> Policy:
@@ -156,7 +192,8 @@ def parse_job(data: Any, field: str, topology: TopologySpec, catalog: Catalog) -
         raise InvalidInput(f"{field}", sorted(set(data) & {"profile", "model"}), "exactly one of profile or model")
     model = data.get("model")
     if model is not None:
-        profile = catalog.get(model, f"{field}.model").profile(topology.nic_gbps)
+        gpus = fields.integer(data.get("gpus_per_worker", 1), f"{field}.gpus_per_worker", 0)
+        profile = topology.profile(catalog.get(model, f"{field}.model"), gpus)
     else:
         profile = _profile(data["profile"], f"{field}.profile")
     return JobSpec(

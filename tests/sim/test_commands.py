@@ -29,7 +29,8 @@ def test_scenarios_lists_the_built_in_ones(capsys: pytest.CaptureFixture[str]) -
     assert main(["scenarios"]) == 0
     out = capsys.readouterr().out
     rows = {line.split()[0] for line in out.splitlines()[1:]}
-    assert rows == {"sanity-2jobs", "testbed-24", "cluster-256", "cluster-256-light", "scale-1k"}
+    assert rows == {"sanity-2jobs", "testbed-24", "cluster-256", "cluster-256-light", "scale-1k", "multi-tenant",
+                    "oversubscribed-racks", "llm-heavy", "multi-tenant-128"}
     assert main(["scenarios", "--show", "sanity-2jobs"]) == 0
     assert "name: sanity-2jobs" in capsys.readouterr().out
 
@@ -46,10 +47,11 @@ def test_simulate_prints_the_table_and_writes_json_and_plots(tmp_path: pathlib.P
     assert set(doc) >= {"scenario", "seeds", "policies", "gains"}
     fields = {"jobs", "completed", "avg_jct_s", "p50_jct_s", "p99_jct_s", "avg_slowdown", "avg_queue_s",
               "bottleneck_utilization", "avg_link_utilization", "makespan_s", "by_priority", "decision_ms_p50",
-              "decision_ms_p99"}
+              "decision_ms_p99", "contention_excess", "avg_contention_excess_s"}
     assert all(fields <= set(f) for f in doc["policies"].values())
     assert set(doc["gains"]["metronome_vs_default"]) == {"avg_jct_reduction_pct", "p99_jct_reduction_pct",
-                                                         "bottleneck_utilization_gain_pct"}
+                                                         "bottleneck_utilization_gain_pct",
+                                                         "contention_excess_recovered_pct"}
     for png in ("jct_cdf.png", "busiest_link.png", "tdm_circle.png"):
         assert (tmp_path / "plots" / png).read_bytes()[:4] == b"\x89PNG"
 
@@ -76,6 +78,15 @@ def test_plan_resolves_built_in_scenarios(capsys: pytest.CaptureFixture[str]) ->
     assert main(["plan", "sanity-2jobs"]) == 0
     out = capsys.readouterr().out
     assert "placed" in out and " 100 " in out  # b interleaved 100 ms after a
+
+
+def test_demo_of_two_scenarios_writes_one_folder_each_and_says_which_is_which(
+        tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["demo", "--scenario", "sanity-2jobs", "--scenario", str(pathlib.Path(__file__).parent / "scenarios" / "small.yaml"),
+                 "--out", str(tmp_path / "r"), "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert "which is which:" in out and "sanity-2jobs: regime: LINKS ARE SHARED" in out
+    assert (tmp_path / "r" / "sanity-2jobs" / "report.json").exists() and (tmp_path / "r" / "small" / "report.json").exists()
 
 
 def test_demo_writes_report_and_plots(tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]) -> None:

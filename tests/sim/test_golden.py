@@ -19,7 +19,8 @@ from volcano_metronome.sim.workload import SimScenario
 
 GOLDEN = pathlib.Path(__file__).resolve().parent / "golden"
 FIGURES = ("jobs", "completed", "avg_jct_s", "p50_jct_s", "p99_jct_s", "avg_slowdown", "avg_queue_s",
-           "bottleneck_utilization", "avg_link_utilization", "makespan_s", "comm_stretch", "networked_jobs")
+           "bottleneck_utilization", "avg_link_utilization", "makespan_s", "comm_stretch", "networked_jobs",
+           "contention_excess", "avg_contention_excess_s")
 REL = 0.02  # the simulation is deterministic; this absorbs float noise across numpy builds
 ABS = 0.01
 

@@ -8,8 +8,12 @@ pads 10 ms, which is what a gang running free does not pay.
 from __future__ import annotations
 
 import dataclasses
+import math
+import pathlib
 
 import pytest
+
+from volcano_metronome.commands.files import load_sim_scenario
 
 from volcano_metronome.core.profile import Profile, Window
 from volcano_metronome.scenario import JobSpec
@@ -20,6 +24,7 @@ from volcano_metronome.sim.workload import SimScenario
 # 80 ms of compute, a 90 ms burst at the NIC's full rate, 20 ms of compute: duty cycle 0.47.
 PROFILE = Profile(190.0, (Window(80.0, 90.0, 100.0),), 0.0)
 SNAPPING_S = 0.200 - 0.190
+EXAMPLES = pathlib.Path(__file__).resolve().parents[2] / "examples"
 
 
 def spec(name: str, arrival: float, gpus: int, iterations: int) -> JobSpec:
@@ -89,7 +94,12 @@ def test_a_gang_placed_beside_a_locked_one_only_locks_the_newcomer(sanity: SimSc
     assert all(j.comm_s == pytest.approx(j.comm_ideal_s) for j in result.jobs)
 
 
-def test_the_small_scenario_locks_and_unlocks_so_the_whole_run_checks_cover_them(small: SimScenario) -> None:
-    # tests/sim/test_runs.py checks conservation and determinism on this scenario and seed.
-    extra = Engine(small, small.jobs(0), "metronome", seed=0).run().extra
+def test_a_contended_run_locks_unlocks_and_runs_free_and_conserves_bytes() -> None:
+    # On small (tests/sim/test_runs.py) no lock pays any more (mixed periods: no offset without overflow
+    # for a whole closure of neighbours); identical jobs on half nodes lock, unlock and run free.
+    sim = load_sim_scenario(str(EXAMPLES / "contended" / "half-nodes.yaml"))
+    result = Engine(sim, sim.jobs(0), "metronome", seed=0).run()
+    extra = result.extra
     assert extra["placed_unlocked"] > 0 and extra["locks"] > 0 and extra["unlocks"] > 0
+    assert all(not math.isnan(j.end_s) for j in result.jobs)
+    assert result.carried == pytest.approx(result.demanded, rel=1e-7, abs=1e-6)

@@ -187,3 +187,20 @@ def test_a_gang_placed_on_a_quiet_network_starts_without_padding(sanity: SimScen
     (run,) = Engine(sanity, [late], "metronome").run().jobs
     assert not run.aligned and run.padded_s == 0.0
     assert run.end_s - run.start_s == pytest.approx(run.isolated_s)
+
+
+def test_metronome_free_places_like_metronome_but_publishes_no_phase() -> None:
+    jobs = [job("a", 2, gpus=3), job("b", 2, gpus=1)]  # both must span the two nodes
+    ours, free = make("metronome", ctx(racks=1, nodes=2, gpus=4)), make("metronome-free", ctx(racks=1, nodes=2, gpus=4))
+    theirs = {p.uid: p for p in ours.schedule(0.0, jobs)}
+    mine = {p.uid: p for p in free.schedule(0.0, jobs)}
+    assert list(mine) == list(theirs)
+    for uid, p in mine.items():
+        assert p.nodes.tolist() == theirs[uid].nodes.tolist() and p.members.tolist() == theirs[uid].members.tolist()
+        assert p.offset_ms is None and p.period_ms is None
+    assert any(p.period_ms is not None for p in theirs.values())  # metronome phases at least one of them
+    ours.release(1.0, "a")
+    free.release(1.0, "a")
+    ours.schedule(1.0, [])
+    free.schedule(1.0, [])
+    assert free.shifts() == []

@@ -10,7 +10,8 @@ import pytest
 from volcano_metronome.core.profile import Profile, Window
 from volcano_metronome.scenario import JobSpec
 from volcano_metronome.sim.engine import JobRun, RunResult
-from volcano_metronome.sim.report import bottleneck_links, compare, figures, gains, utilisation_series
+from volcano_metronome.sim.report import (bottleneck_links, compare, figures, gains, issue12_targets, regime,
+                                         utilisation_series)
 
 
 def job(name: str, arrival: float, start: float, end: float, priority: int = 0) -> JobRun:
@@ -45,12 +46,16 @@ def test_job_figures_and_utilisations() -> None:
 
 
 def test_gains_and_medians_over_seeds() -> None:
-    def fig(avg: float, p99: float, util: float) -> dict[str, Any]:
-        return {"avg_jct_s": avg, "p99_jct_s": p99, "bottleneck_utilization": util}
+    def fig(avg: float, p99: float, util: float, excess: float) -> dict[str, Any]:
+        return {"avg_jct_s": avg, "p99_jct_s": p99, "bottleneck_utilization": util, "avg_contention_excess_s": excess}
 
-    g = gains({"metronome": fig(75.0, 50.0, 0.6), "default": fig(100.0, 100.0, 0.5)})
+    g = gains({"metronome": fig(75.0, 50.0, 0.6, 1.0), "default": fig(100.0, 100.0, 0.5, 4.0)})
     assert g == {"metronome_vs_default": {"avg_jct_reduction_pct": 25.0, "p99_jct_reduction_pct": 50.0,
-                                          "bottleneck_utilization_gain_pct": 20.0}}
+                                          "bottleneck_utilization_gain_pct": 20.0,
+                                          "contention_excess_recovered_pct": 75.0}}
+    # No excess to recover: no figure (not 0 %, not 100 %).
+    g = gains({"metronome": fig(75.0, 50.0, 0.6, 0.0), "default": fig(100.0, 100.0, 0.5, 0.0)})
+    assert g["metronome_vs_default"]["contention_excess_recovered_pct"] is None
 
     def run(policy: str, end: float) -> RunResult:
         return result([job("a", 0.0, 0.0, end)], [1.0] * 20, [1.0] * 20, policy)
@@ -91,3 +96,37 @@ def test_alignment_costs_split_the_padding() -> None:
     assert f["avg_padding_s"] == 0.25 and f["avg_first_slot_wait_s"] == 0.025 and f["avg_reanchor_s"] == 0.035
     assert f["avg_snapping_s"] == pytest.approx(5 * 0.01 / 2)
     assert f["aligned_iteration_share"] == pytest.approx(6 / 20)
+
+
+def test_issue12_targets_are_ratios_to_each_baseline() -> None:
+    def fig(avg: float, p99: float) -> dict[str, Any]:
+        return {"avg_jct_s": avg, "p99_jct_s": p99}
+
+    report = {"policies": {"metronome": fig(98.0, 105.0), "volcano-topology": {**fig(100.0, 100.0), "contention_excess": 0.05},
+                           "metronome-free": fig(97.0, 100.0)},
+              "gains": {"metronome_vs_volcano-topology": {"contention_excess_recovered_pct": 40.0}}}
+    t = issue12_targets(report)
+    assert t["no_harm.avg_jct_s_vs_volcano-topology"]["met"] is True
+    assert t["no_harm.avg_jct_s_vs_metronome-free"]["met"] is False  # 98 / 97 > 1.005
+    assert t["no_harm.p99_jct_s_vs_volcano-topology"]["met"] is True  # 1.05 exactly
+    assert "no_harm.avg_jct_s_vs_cassini" not in t  # cassini was not run
+    assert t["win_if_contended.avg_jct_vs_volcano-topology"]["met"] is True
+    assert t["win_if_contended.excess_recovered_vs_volcano-topology"]["met"] is False
+
+    # Uncontended: the win targets are reported as not applying, never as met.
+    report["policies"]["volcano-topology"]["contention_excess"] = 0.001
+    t = issue12_targets(report)
+    assert t["win_if_contended"]["applies"] is False and not any(k.startswith("win_if_contended.") for k in t)
+
+
+def test_regime_says_whether_offsets_can_matter() -> None:
+    def report(excess: float) -> dict[str, Any]:
+        return {"policies": {"volcano-topology": {"contention_excess": excess}, "metronome": {}},
+                "gains": {"metronome_vs_volcano-topology": {"contention_excess_recovered_pct": 60.0},
+                          "metronome_vs_metronome-free": {"contention_excess_recovered_pct": 55.0,
+                                                          "avg_jct_reduction_pct": 3.0}}}
+
+    assert "OFFSETS CANNOT MATTER" in regime(report(0.004))
+    shared = regime(report(0.08))
+    assert "LINKS ARE SHARED" in shared and "8.0%" in shared and "recovered 60.0%" in shared and "-3.0%" in shared
+    assert "unknown" in regime({"policies": {"metronome": {}}, "gains": {}})

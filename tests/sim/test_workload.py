@@ -139,3 +139,16 @@ def test_the_built_in_cluster_256_regimes_offer_the_loads_their_documentation_st
     assert offered_load(light.generate, light.scenario) == pytest.approx(0.65, abs=0.01)
     assert busy.generate.count == light.generate.count == 300
     assert {gpus for (_, gpus), _ in busy.generate.shapes} == {1, 8}
+
+
+@pytest.mark.parametrize("name, gpu, nics", [("multi-tenant", "a100", 1), ("oversubscribed-racks", "a100", 8),
+                                             ("llm-heavy", "h100", 4), ("multi-tenant-128", "a100", 1)])
+def test_issue12_scenarios_are_at_the_documented_load_and_hardware(name: str, gpu: str, nics: int) -> None:
+    from volcano_metronome.commands.files import load_sim_scenario
+    from volcano_metronome.sim.workload import offered_load
+
+    sim = load_sim_scenario(name)
+    assert sim.generate is not None and sim.execution.overlap and sim.execution.noise_cv == 0.02
+    assert offered_load(sim.generate, sim.scenario, True) == pytest.approx(0.90, abs=0.01)
+    topo = sim.scenario.topology
+    assert (topo.gpu, topo.nics_per_node) == (gpu, nics)

@@ -4,7 +4,10 @@ Rates are fractions of the NIC line rate, so one entry serves any cluster: ``ent
 is the profile on 200 Gbps NICs. An entry is derived for a reference NIC (``reference_gbps``); on
 another NIC each window moves the same volume at the same fraction of the new line rate, so it
 lasts ``reference / line rate`` as long, and the windows after it, and the period, move by the time
-saved (compute time does not change). Each entry carries the derivation of its numbers.
+saved (compute time does not change). On named hardware (``compute_scale``: a GPU's dense bf16
+peak at a model-FLOPs utilisation) every compute gap scales by ``reference_tflops / (peak x mfu)``;
+with overlap, part of a window hides under the compute before it (``ModelWindow.overlap``). Each
+entry carries the derivation of its numbers.
 """
 
 from __future__ import annotations
@@ -17,13 +20,27 @@ from volcano_metronome.core.fields import number
 from volcano_metronome.core.profile import Profile, Window
 
 
+#: With overlap, the share of a window that always stays exposed (the last of about ten gradient
+#: buckets, PyTorch DDP's 25 MB default on models of a few hundred MB, is reduced after backward).
+EXPOSED_MIN = 0.1
+
+#: Dense bf16/fp16 tensor-core peak of the named GPUs, TFLOPS (NVIDIA datasheets: A100 SXM 312,
+#: H100 SXM 989; the sparsity figures, twice these, are not used).
+GPU_PEAK_TFLOPS: dict[str, float] = {"a100": 312.0, "h100": 989.0}
+
+
 @dataclass(frozen=True)
 class ModelWindow:
-    """An on-window whose rate is a fraction of line rate."""
+    """An on-window whose rate is a fraction of line rate.
+
+    ``overlap``: the share of the compute gap before the window during which its traffic can
+    already flow (DDP-style bucketed all-reduce under the backward pass); 0 for blocking collectives.
+    """
 
     start_ms: float
     len_ms: float
     fraction: float
+    overlap: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -36,19 +53,46 @@ class CatalogEntry:
     jitter_ms: float = 0.0
     derivation: str = ""
     reference_gbps: float = 100.0
+    #: Sustained TFLOPS per GPU the compute times above were derived at.
+    reference_tflops: float = 25.0
 
-    def profile(self, line_rate_gbps: float) -> Profile:
-        """The profile on NICs of ``line_rate_gbps``: same volumes and compute, windows rescaled."""
+    def profile(self, line_rate_gbps: float, compute_scale: float = 1.0, overlap: bool = False) -> Profile:
+        """The profile on NICs of ``line_rate_gbps``: same volumes, windows rescaled.
+
+        ``compute_scale`` multiplies every compute gap (``reference_tflops`` / the sustained TFLOPS
+        of the hardware, see ``compute_scale``). With ``overlap`` each window hides up to
+        ``overlap x`` the compute gap before it under that compute: only the rest, the exposed
+        communication, is a window (and the period shrinks by what was hidden).
+        """
         if not line_rate_gbps > 0:
             raise InvalidInput("line_rate_gbps", line_rate_gbps, "a NIC line rate > 0 Gbps")
+        if not compute_scale > 0:
+            raise InvalidInput("compute_scale", compute_scale, "a factor > 0")
         scale = self.reference_gbps / line_rate_gbps
-        shift = 0.0
+        shift = 0.0  # how much later than ``start x compute_scale`` the next window starts
+        end = 0.0  # reference end of the previous window
         windows = []
         for w in sorted(self.windows, key=lambda w: w.start_ms):
             length = w.len_ms * scale
-            windows.append(Window(w.start_ms + shift, length, w.fraction * line_rate_gbps))
-            shift += length - w.len_ms
-        return Profile(self.period_ms + shift, tuple(windows), self.jitter_ms)
+            if overlap and w.overlap > 0:
+                # The last gradient bucket cannot go before the backward pass ends: keep EXPOSED_MIN.
+                length -= min((1.0 - EXPOSED_MIN) * length, w.overlap * (w.start_ms - end) * compute_scale)
+            windows.append(Window(w.start_ms * compute_scale + shift, length, w.fraction * line_rate_gbps))
+            shift += length - w.len_ms * compute_scale
+            end = w.start_ms + w.len_ms
+        return Profile(self.period_ms * compute_scale + shift, tuple(windows),
+                       self.jitter_ms * compute_scale)
+
+
+def compute_scale(entry: CatalogEntry, gpu: str | None, mfu: float | None) -> float:
+    """How much longer (> 1) or shorter compute lasts on ``gpu`` at ``mfu`` than in ``entry``'s derivation."""
+    if gpu is None:
+        return 1.0
+    if gpu not in GPU_PEAK_TFLOPS:
+        raise InvalidInput("topology.gpu", gpu, f"one of {', '.join(GPU_PEAK_TFLOPS)}")
+    if mfu is None or not 0.0 < mfu <= 1.0:
+        raise InvalidInput("topology.mfu", mfu, "a model-FLOPs utilisation in (0, 1]")
+    return entry.reference_tflops / (GPU_PEAK_TFLOPS[gpu] * mfu)
 
 
 class Catalog:

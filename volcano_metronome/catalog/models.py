@@ -32,27 +32,40 @@ ALLTOALL = 0.6
 P2P = 0.5
 
 
-def _allreduce_last(name: str, period_ms: float, len_ms: float, jitter_ms: float, derivation: str) -> CatalogEntry:
-    return CatalogEntry(name, period_ms, (ModelWindow(period_ms - len_ms, len_ms, ALLREDUCE),), jitter_ms, derivation)
+#: Sustained TFLOPS the compute times below were derived at (fp32 CNNs; mixed-precision transformers).
+CNN_TFLOPS = 10.0
+TRANSFORMER_TFLOPS = 25.0
+
+#: With overlap on (``execution.overlap``), a data-parallel all-reduce may run under this share of
+#: the compute before it. Modelled: backward is about 2/3 of forward + backward, and bucketed
+#: all-reduce (PyTorch DDP, Horovod tensor fusion) starts with the first full bucket, about a
+#: quarter into backward, so about 3/4 x 2/3 = 0.5 of the compute gap can carry gradients.
+DP_OVERLAP = 0.5
+
+
+def _allreduce_last(name: str, period_ms: float, len_ms: float, jitter_ms: float, derivation: str,
+                    tflops: float = TRANSFORMER_TFLOPS) -> CatalogEntry:
+    return CatalogEntry(name, period_ms, (ModelWindow(period_ms - len_ms, len_ms, ALLREDUCE, DP_OVERLAP),), jitter_ms,
+                        derivation, reference_tflops=tflops)
 
 
 VGG11 = _allreduce_last("vgg11", 240.0, 94.0, 2.0, (
     "132.9 M parameters -> 0.7 ms/M x 132.9 = 93 ms, rounded up to 94 ms of all-reduce at 80 Gbps. "
     "Compute: 7.6 GFLOP forward x 3 = 22.8 GFLOP per image, batch 64 per GPU = 1.46 TFLOP at 10 TFLOPS "
-    "= 146 ms. Period 146 + 94 = 240 ms (on the grid)."))
+    "= 146 ms. Period 146 + 94 = 240 ms (on the grid)."), tflops=CNN_TFLOPS)
 
 VGG16 = _allreduce_last("vgg16", 400.0, 97.0, 4.0, (
     "138.4 M parameters -> 97 ms of all-reduce at 80 Gbps. Compute: 15.5 GFLOP forward x 3 = 46.5 GFLOP "
-    "per image, batch 64 = 2.98 TFLOP at 10 TFLOPS = 298 ms. 298 + 97 = 395 ms, rounded up to 400 ms."))
+    "per image, batch 64 = 2.98 TFLOP at 10 TFLOPS = 298 ms. 298 + 97 = 395 ms, rounded up to 400 ms."), tflops=CNN_TFLOPS)
 
 VGG19 = _allreduce_last("vgg19", 400.0, 101.0, 4.0, (
     "143.7 M parameters -> 101 ms of all-reduce at 80 Gbps. Compute: 19.6 GFLOP forward x 3 = 58.8 GFLOP "
-    "per image, batch 48 = 2.82 TFLOP at 10 TFLOPS = 282 ms. 282 + 101 = 383 ms, rounded up to 400 ms."))
+    "per image, batch 48 = 2.82 TFLOP at 10 TFLOPS = 282 ms. 282 + 101 = 383 ms, rounded up to 400 ms."), tflops=CNN_TFLOPS)
 
 RESNET50 = CatalogEntry(
     name="resnet50",
     period_ms=200.0,
-    windows=(ModelWindow(start_ms=176.0, len_ms=24.0, fraction=ALLREDUCE),),
+    windows=(ModelWindow(start_ms=176.0, len_ms=24.0, fraction=ALLREDUCE, overlap=DP_OVERLAP),),
     jitter_ms=2.0,
     derivation=(
         "25.6 M parameters x 4 B = 102 MB of gradients; ring all-reduce at n = 8 moves 1.75 x 102 MB = "
@@ -60,12 +73,13 @@ RESNET50 = CatalogEntry(
         "24 ms for protocol overhead. Compute (forward + backward, batch 256 per GPU) ~176 ms, so one "
         "iteration is ~200 ms with the all-reduce at its end."
     ),
+    reference_tflops=CNN_TFLOPS,
 )
 
 WIDERESNET101 = _allreduce_last("wideresnet101", 315.0, 89.0, 3.0, (
     "Wide ResNet-101-2: 126.9 M parameters -> 89 ms of all-reduce at 80 Gbps. Compute: 22.8 GFLOP forward "
     "x 3 = 68.4 GFLOP per image, batch 32 = 2.19 TFLOP at 10 TFLOPS = 219 ms. 219 + 89 = 308 ms, rounded "
-    "up to 315 ms."))
+    "up to 315 ms."), tflops=CNN_TFLOPS)
 
 BERT_BASE = _allreduce_last("bert-base", 200.0, 77.0, 2.0, (
     "110 M parameters -> 77 ms of all-reduce at 80 Gbps. Compute: 6 x 110 M x (32 sequences x 128 tokens) "
@@ -100,7 +114,7 @@ GPT3 = CatalogEntry(
     windows=(
         ModelWindow(start_ms=60.0, len_ms=14.0, fraction=P2P),
         ModelWindow(start_ms=150.0, len_ms=14.0, fraction=P2P),
-        ModelWindow(start_ms=220.0, len_ms=60.0, fraction=ALLREDUCE),
+        ModelWindow(start_ms=220.0, len_ms=60.0, fraction=ALLREDUCE, overlap=DP_OVERLAP),
     ),
     jitter_ms=3.0,
     derivation=(
@@ -114,6 +128,7 @@ GPT3 = CatalogEntry(
         "((2 - 1) / 8 = 12.5%) and the sends' compute gaps = 192 ms. Windows: forward sends at 60 ms, "
         "backward sends at 150 ms, all-reduce at 220 ms; period 280 ms."
     ),
+    reference_tflops=125.0,
 )
 
 DLRM = CatalogEntry(
@@ -122,7 +137,7 @@ DLRM = CatalogEntry(
     windows=(
         ModelWindow(start_ms=10.0, len_ms=13.0, fraction=ALLTOALL),
         ModelWindow(start_ms=55.0, len_ms=13.0, fraction=ALLTOALL),
-        ModelWindow(start_ms=90.0, len_ms=2.0, fraction=ALLREDUCE),
+        ModelWindow(start_ms=90.0, len_ms=2.0, fraction=ALLREDUCE, overlap=DP_OVERLAP),
     ),
     jitter_ms=1.0,
     derivation=(
@@ -132,7 +147,8 @@ DLRM = CatalogEntry(
         "the GPU = 95 MB = 0.76 Gb, at 60% of line rate (60 Gbps) = 12.7 ms, rounded up to 13 ms; once "
         "forward (after a 10 ms embedding lookup) and once backward (after 32 ms of interaction and MLP "
         "forward + backward). MLP all-reduce: 2.6 M x 4 B x 1.75 = 18 MB = 0.15 Gb at 80 Gbps = 2 ms, then "
-        "8 ms of optimizer step. Period 100 ms."
+        "8 ms of optimizer step. Period 100 ms. On named hardware its compute is scaled like the "
+        "transformers' (from 25 TFLOPS), an assumption: embedding lookups are memory-bound."
     ),
 )
 

@@ -7,7 +7,7 @@ import json
 import pathlib
 import sys
 
-ALL_POLICIES = "default,volcano-topology,exclusive,cassini,metronome"
+ALL_POLICIES = "default,volcano-topology,exclusive,cassini,metronome-free,metronome"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -31,5 +31,9 @@ def commit(snapshot: Snapshot, gang: Gang, decision: Decision) -> None:
     """Assume ``decision`` in ``snapshot``: its GPUs are taken, its links loaded, its neighbours locked."""
     nodes = snapshot.topology.nodes_of(decision.nodes)
     snapshot.assume(gang, nodes, np.array(decision.members), decision.offset_slots, locked=decision.locked)
+    for uid, offset in decision.relocations:
+        placed = snapshot.forget(uid)
+        snapshot.assume(placed.gang, placed.nodes, placed.members, offset, placed.pattern, placed.holds_gpus,
+                        locked=True)
     for uid in decision.locks:
         snapshot.lock(uid)

@@ -17,14 +17,34 @@ every shared link together. Choice, in order:
 Lock on demand (``Policy.lock_on_demand``): aligning bursts to a slot costs a gang the padding up
 to its snapped period, which buys nothing unless its bursts could collide with another gang's. A
 link is *contended* when the peak rates of the gangs on it add up to more than its capacity; only
-there can phases matter. A gang that shares no contended link is therefore *unlocked*: its offset is
-provisional and its runtime runs free. The first gang whose placement makes one of its links
-contended locks it (``Decision.locks``) at that provisional offset, which the new gang's offset was
-chosen against; ``Snapshot.unlockable`` names locked gangs left with no contended link.
+there can phases matter. A gang is *locked* (its runtime aligns to the offset) only where that pays:
+
+* its chosen offset adds no overflow on any link (a lock that still overflows pushes the overflow
+  onto gangs that were placed cleanly, and their late bursts cascade; a guarded fit is preferred, but
+  the guards are a margin, not a condition), every unlocked gang it would lock (its unlocked
+  neighbours on contended links, and theirs in turn: a plan holds only if every gang that can
+  collide with it aligns) sits at an offset that overflows nowhere, and
+* the collisions that running free would cost (``free_delay``: the overflow the gang adds at a
+  random phase, averaged over every offset, drained at the worst link's capacity, counted for both
+  sides of each collision) exceed the padding the lock costs (snapping error plus half the jitter per
+  iteration, for the gang and for every neighbour it locks).
+
+Where the gang's own collisions do not pay for the lock, the collisions the gangs of the closure
+would spare one another are added (each one's overflow at a random phase against the others,
+``_free_ms``); where the closure's provisional offsets leave the gang no offset without overflow,
+those offsets are re-optimised among themselves first (they run free, so they may move before they
+lock: ``Decision.relocations``), and the lock is taken only if none of them then overflows.
+Otherwise it runs free, and so do its neighbours. With lock on demand, candidate node sets are
+ranked by that expected cost first (padding where locked, collisions where free, nothing where no
+link is contended), then by locality and their rank in ``core.placement`` (binpack first, as
+Volcano's topology plugin would place the gang). ``Snapshot.unlockable`` names locked gangs left
+with no contended link.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -38,6 +58,8 @@ from volcano_metronome.core.traffic import loaded_links
 
 # Float noise allowance on the tolerance test (Mbps x slots).
 _EPS = 1e-6
+#: Most unlocked gangs one decision may lock (the closure of its contended neighbours).
+MAX_LOCKS = 64
 
 
 @dataclass(frozen=True)
@@ -57,8 +79,12 @@ class Decision:
     peak_utilisation: float
     racks: int
     score: float  # the cost minimised (0 when feasible)
-    locked: bool = True  # the gang shares a contended link, so its runtime must align bursts to the offset
+    locked: bool = True  # the lock pays (see the module docstring): its runtime must align bursts to the offset
     locks: tuple[str, ...] = ()  # unlocked gangs on its links that must now align to their offsets
+    expected_ms: float = 0.0  # predicted cost per hyperperiod: lock padding when locked, else collisions
+    free_delay_ms: float = 0.0  # what running free would cost in collisions (per hyperperiod)
+    padding_ms: float = 0.0  # what locking would cost in padding (per hyperperiod)
+    relocations: tuple[tuple[str, int], ...] = ()  # new offsets (slots) of gangs in ``locks``, where they move
 
 
 @dataclass(frozen=True)
@@ -89,9 +115,29 @@ class _Scored:
     cost: float
     overflow: int
     peak: float
+    lock: "_Lock"
 
     def key(self) -> tuple[bool, float, float, int, int, int]:
         return (not self.feasible, self.cost, self.peak, self.candidate.racks, self.candidate.rank, self.lateness)
+
+    def expected_key(self) -> tuple[float, int, int, int]:
+        return (round(self.lock.expected_ms, 6), self.candidate.racks, self.candidate.rank, self.lateness)
+
+
+@dataclass(frozen=True)
+class _Lock:
+    """Whether placing a gang here locks it, which unlocked neighbours it locks, and what each way costs (ms)."""
+
+    locked: bool
+    locks: tuple[str, ...]
+    free_delay_ms: float
+    padding_ms: float
+    closure: tuple[str, ...] = ()  # the unlocked gangs a lock would take along, locked or not
+    no_overflow: bool = True
+
+    @property
+    def expected_ms(self) -> float:
+        return self.padding_ms if self.locked else self.free_delay_ms
 
 
 def decide(snapshot: Snapshot, gang: Gang, policy: Policy, earliest: int = 0) -> Decision | NoFit:
@@ -101,7 +147,8 @@ def decide(snapshot: Snapshot, gang: Gang, policy: Policy, earliest: int = 0) ->
     """
     pattern = lay_out(gang.profile, snapshot.grid)
     free, admitted = _free_for(snapshot, gang)
-    found = candidates(snapshot.topology, free, snapshot.link_mean, gang, policy.max_candidates)
+    found = candidates(snapshot.topology, free, snapshot.link_mean, gang, policy.max_candidates,
+                       secondary=not policy.lock_on_demand)
     if not found.primary:
         reason = found.reason
         if admitted is not None:
@@ -109,14 +156,75 @@ def decide(snapshot: Snapshot, gang: Gang, policy: Policy, earliest: int = 0) ->
                        f"{len(free)} nodes)")
         return NoFit(gang.uid, reason)
     scored = [s for c in found.primary if (s := _score(snapshot, gang, pattern, c, policy, earliest)) is not None]
-    if not any(s.feasible for s in scored):
+    # Crossing more domains than needed is a worse placement than any contention it avoids (Volcano's
+    # topology plugin would not do it either), so with lock on demand spanning candidates are a last resort.
+    if not scored if policy.lock_on_demand else not any(s.feasible for s in scored):
+        if policy.lock_on_demand:  # built only now: most decisions never need them
+            found = candidates(snapshot.topology, free, snapshot.link_mean, gang, policy.max_candidates)
         scored += [s for c in found.secondary if (s := _score(snapshot, gang, pattern, c, policy, earliest)) is not None]
     if not scored:
         return NoFit(gang.uid, (
             f"priority protection: every node set and offset would delay more than "
             f"{policy.overflow_tolerance:.0%} of a higher-priority gang's traffic on some link"))
-    best = min(scored, key=_Scored.key)
-    return _decision(snapshot, gang, pattern, best, policy)
+    best = min(scored, key=_Scored.expected_key if policy.lock_on_demand else _Scored.key)
+    lock = best.lock
+    if not (policy.lock_on_demand and not lock.locked and lock.closure and math.isfinite(lock.padding_ms)):
+        return _decision(snapshot, gang, pattern, best)
+    # The gangs a lock takes along collide among themselves too while they run free: count that saving.
+    span = int(np.lcm(snapshot.hyperperiod, pattern.slots))
+    saving = lock.free_delay_ms + sum(_free_ms(snapshot, uid, policy, span) for uid in lock.closure)
+    if saving <= lock.padding_ms:
+        return _decision(snapshot, gang, pattern, best)
+    whole = dataclasses.replace(lock, locked=True, locks=lock.closure, free_delay_ms=saving)
+    if lock.no_overflow and all(snapshot.clean(uid) for uid in lock.closure):
+        return _decision(snapshot, gang, pattern, dataclasses.replace(best, lock=whole))
+    moved = _relocate(snapshot, gang, pattern, best, policy)
+    if moved is None:
+        return _decision(snapshot, gang, pattern, best)
+    offset = moved.pop(gang.uid)
+    best = dataclasses.replace(best, offset=offset, lateness=(offset - earliest) % pattern.slots,
+                               feasible=bool(score_offsets(snapshot, gang, pattern, best.candidate.nodes,
+                                                           policy).fits[offset]),
+                               cost=0.0, overflow=0, lock=whole)
+    return dataclasses.replace(_decision(snapshot, gang, pattern, best), relocations=tuple(sorted(
+        (uid, o) for uid, o in moved.items() if o != snapshot.placed[uid].offset)))
+
+
+def _free_ms(snapshot: Snapshot, uid: str, policy: Policy, span: int) -> float:
+    """What gang ``uid`` loses and costs others in collisions over ``span`` slots while it runs free."""
+    placed = snapshot.forget(uid)
+    try:
+        scores = score_offsets(snapshot, placed.gang, placed.pattern, placed.nodes, policy)
+    finally:
+        snapshot.assume(placed.gang, placed.nodes, placed.members, placed.offset, placed.pattern,
+                        placed.holds_gpus, placed.locked)
+    own = math.lcm(snapshot.hyperperiod, placed.pattern.slots)
+    return scores.free_delay * snapshot.grid.slot_ms * span / own
+
+
+def _relocate(snapshot: Snapshot, gang: Gang, pattern: Pattern, best: _Scored, policy: Policy) -> dict[str, int] | None:
+    """Offsets for the gang and the unlocked gangs its lock takes along at which none of them overflows,
+    or None. Their current offsets are provisional (they run free), so they may move before they lock:
+    re-optimisation over just them, every other gang frozen; the snapshot is left as it was."""
+    from volcano_metronome.core.reoptimize import reoptimise  # it scores with this module's kernels
+
+    movable = (gang.uid,) + best.lock.closure
+    saved = {uid: snapshot.placed[uid].offset for uid in best.lock.closure}
+    snapshot.assume(gang, best.candidate.nodes, best.candidate.members, best.offset, pattern, hold_gpus=False)
+    for uid in best.lock.closure:
+        snapshot.lock(uid)
+    try:
+        reoptimise(snapshot, policy, max_moves=len(movable), max_passes=3,
+                   frozen=frozenset(snapshot.placed) - frozenset(movable))
+        ok = all(snapshot.clean(uid) for uid in movable)
+        found = {uid: snapshot.placed[uid].offset for uid in movable}
+    finally:
+        snapshot.forget(gang.uid)
+        for uid, offset in saved.items():
+            placed = snapshot.forget(uid)
+            snapshot.assume(placed.gang, placed.nodes, placed.members, offset, placed.pattern, placed.holds_gpus,
+                            locked=False)
+    return found if ok else None
 
 
 @dataclass(frozen=True, eq=False)
@@ -128,6 +236,7 @@ class OffsetScores:
     overflow: np.ndarray  # int (P,): Mbps x slots added over the snapshot's span
     peak: np.ndarray  # float (P,)
     tolerated: np.ndarray  # bool (P,): no higher-priority gang loses more than the tolerance
+    free_delay: float = 0.0  # slots per span the worst link needs to drain the overflow, averaged over offsets
 
 
 def score_offsets(snapshot: Snapshot, gang: Gang, pattern: Pattern, nodes: np.ndarray,
@@ -143,11 +252,16 @@ def score_offsets(snapshot: Snapshot, gang: Gang, pattern: Pattern, nodes: np.nd
     peak_load = base.max(axis=1)
     fits = phasing.fits(peak_load, cap, mult, dilate(pattern.rates, pattern.guard_slots + policy.cushion_slots))
     peak = phasing.peak_utilisation(peak_load, cap, mult, pattern.rates)
+    zeros = np.zeros(period)
+    if not len(snapshot.contended(links, mult * int(pattern.rates.max()))):
+        # The peaks fit together: no phase can overflow anything.
+        return OffsetScores(fits, zeros, zeros.astype(np.int64), peak, np.ones(period, bool))
+    per_link = phasing.added_overflow(base, cap, mult, pattern.rates)
+    free_delay = float((per_link / cap[:, None]).max(axis=0).mean())
     if fits.any():
         # A guarded fit adds no overflow anywhere, so cost is moot for the offsets that matter.
-        zeros = np.zeros(period)
-        return OffsetScores(fits, zeros, zeros.astype(np.int64), peak, np.ones(period, bool))
-    overflow = phasing.added_overflow(base, cap, mult, pattern.rates).sum(axis=0)
+        return OffsetScores(fits, zeros, zeros.astype(np.int64), peak, np.ones(period, bool), free_delay)
+    overflow = per_link.sum(axis=0)
     cost = overflow.astype(float)
     tolerated = np.ones(period, bool)
     higher = snapshot.higher_rows(links, gang.priority, period)
@@ -156,7 +270,7 @@ def score_offsets(snapshot: Snapshot, gang: Gang, pattern: Pattern, nodes: np.nd
         volume = higher.sum(axis=1).astype(float)
         tolerated = (lost <= policy.overflow_tolerance * volume[:, None] + _EPS).all(axis=0)
         cost = cost + policy.priority_weight * lost.sum(axis=0)
-    return OffsetScores(fits, cost, overflow, peak, tolerated)
+    return OffsetScores(fits, cost, overflow, peak, tolerated, free_delay)
 
 
 def _score(snapshot: Snapshot, gang: Gang, pattern: Pattern, cand: Candidate, policy: Policy,
@@ -168,15 +282,68 @@ def _score(snapshot: Snapshot, gang: Gang, pattern: Pattern, cand: Candidate, po
     lateness = (offsets - earliest) % pattern.slots
     keys = (lateness, scores.peak[offsets], scores.cost[offsets], ~scores.fits[offsets])
     pick = int(offsets[np.lexsort(keys)[0]])
-    return _Scored(cand, pick, (pick - earliest) % pattern.slots, bool(scores.fits[pick]), float(scores.cost[pick]),
-                   int(scores.overflow[pick]),
-                   float(scores.peak[pick]))
+    feasible = bool(scores.fits[pick])
+    overflow = int(scores.overflow[pick])
+    return _Scored(cand, pick, (pick - earliest) % pattern.slots, feasible, float(scores.cost[pick]),
+                   overflow, float(scores.peak[pick]),
+                   _lock(snapshot, gang, pattern, cand.nodes, overflow == 0, scores.free_delay, policy))
 
 
-def _decision(snapshot: Snapshot, gang: Gang, pattern: Pattern, best: _Scored, policy: Policy) -> Decision:
+def padding_ms(gang: Gang, pattern: Pattern, span: int) -> float:
+    """What holding ``gang`` to its snapped period costs over ``span`` slots: snapping error plus half the jitter."""
+    per_iteration = pattern.period.ms - gang.profile.period_ms + gang.profile.jitter_ms / 2.0
+    return per_iteration * (span // pattern.slots)
+
+
+def _lock(snapshot: Snapshot, gang: Gang, pattern: Pattern, nodes: np.ndarray, no_overflow: bool,
+          free_delay: float, policy: Policy) -> _Lock:
+    """Whether the gang placed on ``nodes`` at an offset that overflows nowhere (or not) is locked; see the
+    module docstring."""
+    links, mult = loaded_links(snapshot.topology, nodes)
+    extra = mult * int(pattern.rates.max())
+    neighbours = snapshot.neighbours(snapshot.contended(links, extra))
+    if not policy.lock_on_demand:
+        return _Lock(True, tuple(sorted(u for u in neighbours if not snapshot.placed[u].locked)), 0.0, 0.0)
+    if not neighbours:
+        return _Lock(False, (), 0.0, 0.0)
+    closure = _unlocked_closure(snapshot, neighbours, links, extra)
+    if closure is None:
+        return _Lock(False, (), 0.0, math.inf)
+    unlocked = tuple(sorted(closure))
+    span = int(np.lcm(snapshot.hyperperiod, pattern.slots))
+    # Both sides of a collision lose the drain time.
+    free_ms = 2.0 * free_delay * snapshot.grid.slot_ms
+    padding = padding_ms(gang, pattern, span) + sum(
+        padding_ms(snapshot.placed[uid].gang, snapshot.placed[uid].pattern, span) for uid in unlocked)
+    pays = no_overflow and free_ms > padding and all(snapshot.clean(uid) for uid in unlocked)
+    return _Lock(pays, unlocked if pays else (), free_ms, padding, unlocked, no_overflow)
+
+
+def _unlocked_closure(snapshot: Snapshot, neighbours: set[str], links: np.ndarray,
+                      extra: np.ndarray) -> set[str] | None:
+    """The unlocked gangs a lock must take along: a locked gang's plan holds only if every gang it can
+    collide with aligns too, so each unlocked gang locked brings its own contended neighbours. None
+    past ``MAX_LOCKS`` gangs (the lock is then not worth its reach)."""
+    added = dict(zip(links.tolist(), extra.tolist()))
+    out: set[str] = set()
+    todo = [u for u in neighbours if not snapshot.placed[u].locked]
+    while todo:
+        uid = todo.pop()
+        if uid in out:
+            continue
+        out.add(uid)
+        if len(out) > MAX_LOCKS:
+            return None
+        theirs = snapshot.placed[uid].links
+        more = np.array([added.get(int(link), 0) for link in theirs], dtype=np.int64)
+        todo.extend(u for u in snapshot.neighbours(snapshot.contended(theirs, more), but=uid)
+                    if u not in out and not snapshot.placed[u].locked)
+    return out
+
+
+def _decision(snapshot: Snapshot, gang: Gang, pattern: Pattern, best: _Scored) -> Decision:
     topo, grid = snapshot.topology, snapshot.grid
     links, mult = loaded_links(topo, best.candidate.nodes)
-    neighbours = snapshot.neighbours(snapshot.contended(links, mult * int(pattern.rates.max())))
     span = np.lcm(snapshot.hyperperiod, pattern.slots)
     periods_in_span = int(span // pattern.slots)
     return Decision(
@@ -193,6 +360,9 @@ def _decision(snapshot: Snapshot, gang: Gang, pattern: Pattern, best: _Scored, p
         peak_utilisation=best.peak,
         racks=best.candidate.racks,
         score=best.cost,
-        locked=bool(neighbours) or not policy.lock_on_demand,
-        locks=tuple(sorted(uid for uid in neighbours if not snapshot.placed[uid].locked)),
+        locked=best.lock.locked,
+        locks=best.lock.locks,
+        expected_ms=best.lock.expected_ms,
+        free_delay_ms=best.lock.free_delay_ms,
+        padding_ms=best.lock.padding_ms,
     )

@@ -1,16 +1,19 @@
-"""Candidate node sets for a gang: GPU fit, then locality, then least-loaded links.
+"""Candidate node sets for a gang: GPU fit, then locality, binpacked as Volcano would.
 
 The bound on the work per decision is ``limit`` node sets (``Policy.max_candidates``, default 8):
 
-1. If one node can hold the whole gang, the gang loads no link at all: one candidate, the fullest
-   node that fits (bin-packing keeps large holes for large gangs).
-2. Otherwise, at the lowest tier (rack, then pod, ...) where some domain can hold the gang, one
-   candidate per fitting domain: its nodes with the most room first (fewest nodes, so fewest NICs),
-   least-loaded NICs among equals. Domains are ranked by nodes needed, then NIC load; the best
-   ``limit - 2`` are *primary*. Up to two *spanning* candidates, which cross domains but use the
-   least-loaded uplinks or NICs, are kept as *secondary*: they are scored only when no primary
-   candidate has a feasible offset.
-3. If no domain can hold it, up to ``limit`` spanning candidates are primary.
+1. If one node can hold the whole gang, the gang loads no link at all: one candidate, the node with
+   the fewest free GPUs that fits (bin-packing keeps large holes for large gangs, as Volcano does).
+2. Otherwise, at the lowest tier (rack, then pod, ...) where some domain can hold the gang, up to
+   ``limit - 2`` *primary* candidates, Volcano's binpack in each: the fullest fitting domains first,
+   their most allocated nodes first. The first is what Volcano's topology plugin would choose, so
+   the core never places worse than it; the others let ``core.decision`` trade a fuller rack for
+   less contention (a fill of the emptiest nodes instead fragmented partly used nodes and queued
+   later gangs longer). Up to two *spanning* candidates, which cross domains but use the
+   least-loaded uplinks or NICs, are kept as *secondary*: ``core.decision`` scores them only as a
+   last resort.
+3. If no domain can hold it, up to ``limit`` spanning candidates are primary, Volcano's first (the
+   roomiest racks, bin-packed inside).
 """
 
 from __future__ import annotations
@@ -67,8 +70,9 @@ def domain_load(topology: Topology, link_mean: np.ndarray, tier: int) -> np.ndar
 
 
 def candidates(topology: Topology, free_gpus: np.ndarray, link_mean: np.ndarray, gang: Gang,
-               limit: int) -> Candidates:
-    """Node sets worth scoring for ``gang`` (see the module docstring for the bound)."""
+               limit: int, secondary: bool = True) -> Candidates:
+    """Node sets worth scoring for ``gang`` (see the module docstring for the bound); without
+    ``secondary``, the spanning candidates kept in reserve are not built."""
     room = member_room(free_gpus, gang)
     if room.sum() < gang.size:
         usable = int((room > 0).sum())
@@ -80,51 +84,53 @@ def candidates(topology: Topology, free_gpus: np.ndarray, link_mean: np.ndarray,
 
     single = np.flatnonzero(room >= gang.size)
     if len(single):
-        best = single[np.lexsort((single, load[single], room[single]))[0]]
+        best = single[np.lexsort((single, free_gpus[single]))[0]]
         return Candidates((Candidate(np.array([best]), np.array([gang.size]), 1, 0),))
 
     def make(order: np.ndarray, rank: int) -> Candidate:
         return _fill(order, room, gang.size, racks, rank)
 
     for tier in range(1, topology.tiers):
-        best = _best_domains(topology.domain_of(tier), room, load, gang.size, max(1, limit - SECONDARY))
-        if not best:
+        domain = topology.domain_of(tier)
+        room_for = max(1, limit - SECONDARY)
+        packed = _binpack_domains(domain, room, free_gpus, gang.size, room_for)
+        if not packed:
             continue
-        primary = tuple(_ranked([make(nodes, 0) for nodes in best]))
-        secondary = _ranked(_spanning(topology, room, load, link_mean, make)[:SECONDARY], len(primary))
-        return Candidates(primary, tuple(c for c in secondary if not _same_as_any(c, primary)))
-    return Candidates(tuple(_ranked(_spanning(topology, room, load, link_mean, make)[:limit])))
+        primary = tuple(_ranked([make(nodes, 0) for nodes in packed]))
+        if not secondary:
+            return Candidates(primary)
+        spanning = _ranked(_spanning(topology, room, free_gpus, load, link_mean, make)[:SECONDARY], len(primary))
+        return Candidates(primary, tuple(c for c in spanning if not _same_as_any(c, primary)))
+    return Candidates(tuple(_ranked(_spanning(topology, room, free_gpus, load, link_mean, make)[:limit])))
 
 
-def _best_domains(domain: np.ndarray, room: np.ndarray, load: np.ndarray, size: int, limit: int) -> list[np.ndarray]:
-    """For the ``limit`` best domains that can hold ``size`` members: their nodes in fill order."""
-    nodes = np.arange(len(room))
-    order = np.lexsort((nodes, load, -room, domain))
-    starts = np.searchsorted(domain[order], np.arange(int(domain.max()) + 1))
-    ends = np.append(starts[1:], len(order))
-    cum_room = np.cumsum(room[order])
-    before = np.where(starts > 0, cum_room[starts - 1], 0)
-    within = cum_room - np.repeat(before, ends - starts)
-    reached = np.where(within >= size, nodes, len(nodes))
-    first = np.minimum.reduceat(reached, starts)
-    fitting = np.flatnonzero(first < ends)
-    if not len(fitting):
-        return []
-    needed = first[fitting] - starts[fitting] + 1
-    cum_load = np.concatenate([[0.0], np.cumsum(load[order])])
-    chosen_load = cum_load[first[fitting] + 1] - cum_load[starts[fitting]]
-    top = fitting[np.lexsort((order[starts[fitting]], chosen_load, needed))[:limit]]
-    return [order[starts[d]:ends[d]] for d in top]
+def _binpack_domains(domain: np.ndarray, room: np.ndarray, free: np.ndarray, size: int,
+                     limit: int) -> list[np.ndarray]:
+    """Volcano's binpack: the fullest ``limit`` domains that hold ``size`` members, each with its most
+    allocated nodes first (what its topology plugin would choose, best first)."""
+    usable = room > 0
+    domain_room = np.bincount(domain, weights=room)
+    domain_free = np.bincount(domain, weights=np.where(usable, free, 0), minlength=len(domain_room))
+    fitting = np.flatnonzero(domain_room >= size)
+    out = []
+    for d in fitting[np.lexsort((fitting, domain_free[fitting]))][:limit]:
+        inside = np.flatnonzero((domain == d) & usable)
+        out.append(inside[np.lexsort((inside, free[inside]))])
+    return out
 
 
-def _spanning(topology: Topology, room: np.ndarray, load: np.ndarray, link_mean: np.ndarray,
+def _spanning(topology: Topology, room: np.ndarray, free: np.ndarray, load: np.ndarray, link_mean: np.ndarray,
               make: Callable[[np.ndarray, int], Candidate]) -> list[Candidate]:
-    """Cross-domain node sets: fewest racks, least-loaded racks, least-loaded NICs."""
+    """Cross-domain node sets: Volcano's (roomiest racks, binpack inside), then fewest racks, least-loaded
+    racks, least-loaded NICs."""
     nodes = np.arange(len(room))
     orders = []
     if topology.tiers > 1:
         rack = topology.domain_of(1)
         rack_room = np.bincount(rack, weights=room)
+        roomiest = np.empty(len(rack_room), dtype=np.int64)
+        roomiest[np.lexsort((np.arange(len(rack_room)), -rack_room))] = np.arange(len(rack_room))
+        orders.append(np.lexsort((nodes, free, roomiest[rack])))
         uplink = domain_load(topology, link_mean, 1)
         for keys in ((uplink, -rack_room), (-rack_room, uplink)):
             rank_of = np.empty(len(rack_room), dtype=np.int64)

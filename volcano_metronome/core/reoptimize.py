@@ -1,5 +1,8 @@
 """Re-optimisation: move the offsets of placed gangs to remove overflow, highest priority first.
 
+Only locked gangs move: an unlocked one runs free, so its offset is provisional and a move would
+change nothing it does (nor lock it: locks are ``core.decision``'s, where they pay).
+
 Coordinate descent: each gang in turn is lifted out of the snapshot and put back at its best offset
 given all the others (same scoring as a new decision, node set unchanged). A move is kept only if
 it turns a guarded misfit into a fit or lowers the cost, so the total only goes down and the search
@@ -51,7 +54,8 @@ def reoptimise(snapshot: Snapshot, policy: Policy, max_moves: int = 16, max_pass
                frozen: frozenset[str] = frozenset()) -> Reoptimisation:
     """Improve the offsets of the snapshot's gangs in place; at most ``max_moves`` gangs change offset."""
     before = total_overflow(snapshot) * snapshot.grid.slot_ms / 1000.0
-    order = sorted((p for p in snapshot.placed.values() if p.gang.uid not in frozen and len(p.links)),
+    # An unlocked gang runs free: its offset is provisional, and moving it would change nothing it does.
+    order = sorted((p for p in snapshot.placed.values() if p.gang.uid not in frozen and len(p.links) and p.locked),
                    key=lambda p: (-p.gang.priority, p.gang.created_s, p.gang.uid))
     original = {p.gang.uid: p.offset for p in order}
     passes = 0
@@ -69,7 +73,7 @@ def reoptimise(snapshot: Snapshot, policy: Policy, max_moves: int = 16, max_pass
                 scores.fits[best] == scores.fits[current] and scores.cost[best] < scores.cost[current] - _EPS)
             offset = best if better else current
             snapshot.assume(placed.gang, placed.nodes, placed.members, offset, placed.pattern, placed.holds_gpus,
-                            placed.locked or offset != current)
+                            placed.locked)
             improved |= bool(better)
         if not improved:
             break

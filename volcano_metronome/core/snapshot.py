@@ -122,6 +122,15 @@ class Snapshot:
         """The links among ``links`` whose gangs' peak rates (plus ``extra_peaks``) could exceed capacity."""
         return np.asarray(links[self.link_peaks[links] + extra_peaks > self.topology.capacity_mbps[links]])
 
+    def clean(self, uid: str) -> bool:
+        """Whether no link of gang ``uid`` is over capacity in any slot where the gang sends."""
+        placed = self.placed[uid]
+        if not len(placed.links):
+            return True
+        sending = placed.row(self.hyperperiod) > 0
+        load = self.load[placed.links][:, sending]
+        return bool((load <= self.topology.capacity_mbps[placed.links][:, None]).all())
+
     def lock(self, uid: str) -> None:
         """Mark a gang's offset as binding (its runtime aligns from now on)."""
         self.placed[uid] = dataclasses.replace(self.placed[uid], locked=True)

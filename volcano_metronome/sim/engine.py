@@ -21,6 +21,10 @@ Jobs and the runtime helper
     new grid, then holds ``P``. A withdrawn offset (an unlock, or a gang placed unlocked: lock on
     demand) makes it run free from that iteration on: no padding, its natural iteration time.
 
+Execution noise (``workload.Execution``, off unless a scenario asks): every iteration's compute is
+multiplied by a two-sided draw (and occasionally a straggler's slowdown), and a placed gang starts
+computing after a start-up delay. Its draws come from their own seeded stream, per job.
+
 Gangs that load no link (one node) never touch the network: their end is computed in one step.
 """
 
@@ -35,11 +39,12 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from volcano_metronome.core.traffic import loaded_links
+from volcano_metronome.runtime import aim
 from volcano_metronome.scenario import JobSpec
 from volcano_metronome.sim.fluid import Fluid
 from volcano_metronome.sim.kernel import SAMPLING, SCHEDULING, Kernel
 from volcano_metronome.sim.policies import Context, SimPolicy, make
-from volcano_metronome.sim.workload import SimScenario
+from volcano_metronome.sim.workload import Execution, SimScenario
 
 #: Utilisation samples kept per run; past this, samples are thinned and the interval doubled.
 MAX_SAMPLES = 2000
@@ -53,9 +58,9 @@ class JobRun:
                  "period_s", "start_s", "end_s", "nodes", "members", "links", "route", "aligned", "offset_s",
                  "grid_period_s", "grid", "realign", "published", "fresh", "iteration", "window", "comm_s",
                  "comm_ideal_s", "comm_started", "isolated_s", "padded_s", "first_wait_s", "reanchor_s",
-                 "steady", "aligned_iterations")
+                 "steady", "aligned_iterations", "slow", "startup_s")
 
-    def __init__(self, spec: JobSpec, index: int, seed: int) -> None:
+    def __init__(self, spec: JobSpec, index: int, seed: int, execution: Execution = Execution()) -> None:
         profile = spec.profile
         self.spec = spec
         self.index = index
@@ -71,6 +76,16 @@ class JobRun:
         self.jitter_gap = int(np.argmax(self.gaps))
         self.jitter_s = min(profile.jitter_ms / 1000.0, self.gaps[self.jitter_gap])
         self.u: list[float] = np.random.default_rng([seed, index]).random(spec.iterations).tolist()
+        # Execution noise (off by default) from its own stream, so the jitter draws above never change.
+        self.slow: list[float] | None = None  # per iteration: compute multiplier
+        self.startup_s = 0.0
+        if execution.random:
+            rng = np.random.default_rng([seed, index, 1])
+            slow = np.maximum(0.5, 1.0 + execution.noise_cv * rng.standard_normal(spec.iterations))
+            stragglers = rng.random(spec.iterations) < execution.straggler_probability
+            slow[stragglers] *= execution.straggler_slowdown
+            self.slow = slow.tolist()
+            self.startup_s = float(rng.uniform(*execution.startup_s))
         self.start_s = math.nan
         self.end_s = math.nan
         self.nodes = np.zeros(0, dtype=np.int64)
@@ -98,15 +113,19 @@ class JobRun:
 
     def compute(self, gap: int) -> float:
         """Length of compute gap ``gap`` in the current iteration (jitter included)."""
+        base = self.gaps[gap] if self.slow is None else self.gaps[gap] * self.slow[self.iteration]
         if gap != self.jitter_gap:
-            return float(self.gaps[gap])
-        return float(self.gaps[gap] - self.jitter_s * (1.0 - self.u[self.iteration]))
+            return float(base)
+        return float(base - self.jitter_s * (1.0 - self.u[self.iteration]))
 
     def alone_s(self, bottleneck_gbps: float) -> float:
         """Time the job would take alone on links no slower than ``bottleneck_gbps``."""
         stretch = sum(v / min(r, bottleneck_gbps) - n for v, r, n in zip(self.volumes, self.gbps, self.lens))
         jitter = self.jitter_s * sum(1.0 - u for u in self.u)
-        return float(self.spec.iterations * (self.period_s + stretch) - jitter)
+        alone = self.spec.iterations * (self.period_s + stretch) - jitter
+        if self.slow is not None:
+            alone += sum(self.gaps) * sum(m - 1.0 for m in self.slow) + self.startup_s
+        return float(alone)
 
 
 @dataclass
@@ -146,7 +165,7 @@ class Engine:
         self.fluid = Fluid(self.kernel, self.topology)
         self.policy = policy if isinstance(policy, SimPolicy) else make(policy, Context(sim.scenario, self.topology, seed))
         self.seed = seed
-        self.jobs = [JobRun(spec, i, seed) for i, spec in enumerate(jobs)]
+        self.jobs = [JobRun(spec, i, seed, sim.execution) for i, spec in enumerate(jobs)]
         self.by_name = {j.spec.name: j for j in self.jobs}
         self.free = np.full(len(self.topology.nodes), sim.scenario.topology.gpus_per_node, dtype=np.int64)
         self.pending: dict[str, JobRun] = {}
@@ -241,7 +260,11 @@ class Engine:
             # A phased placement carries the snapped period, and an offset unless the gang runs free.
             job.grid_period_s = period_ms / 1000.0
             self._publish(job, offset_ms)
-        self._compute(job, 0)
+        if job.startup_s > 0:
+            # Pulling images, NCCL set-up: the gang holds its GPUs and links before its first compute.
+            self.kernel.after(job.startup_s, self._compute, job, 0)
+        else:
+            self._compute(job, 0)
 
     # -- one job's iterations --------------------------------------------------------------------
 
@@ -287,16 +310,11 @@ class Engine:
                 job.steady += 1
 
     def _target(self, job: JobRun, now: float) -> float:
+        """When the helper lets window ``job.window`` go: the runtime's own aiming rule, in seconds."""
         period = job.grid_period_s
-        base = job.offset_s + job.starts[0]
         if job.window == 0:
-            if job.realign:
-                job.grid = math.ceil((now - base) / period - _EPS)
-                job.realign = False
-            else:
-                job.grid += 1
-                if base + (job.grid + 1) * period <= now:
-                    job.grid = math.floor((now - base) / period + _EPS)
+            job.grid = aim(now, job.offset_s + job.starts[0], period, None if job.realign else job.grid)
+            job.realign = False
         return job.offset_s + job.starts[job.window] + job.grid * period
 
     def _send(self, job: JobRun) -> None:

@@ -17,6 +17,14 @@ Definitions (also in docs/simulator.md):
   ``snapped period - period`` for every aligned iteration that followed an aligned one on the same
   grid) and the rest, jitter and contention absorbed. ``aligned_iteration_share``: the share of
   networked jobs' iterations the helper aligned (1.0 without lock on demand).
+* contention excess: for every completed job that loads links, its communication time (every
+  burst from the moment it is sent to the moment it is through, padding excluded) minus the same
+  bursts' uncontended time (volume / the window's rate, capped by the slowest link of the gang).
+  ``avg_contention_excess_s`` is its sum over completed jobs divided by their number;
+  ``contention_excess`` is its sum divided by the jobs' summed running time (end - start, queueing
+  excluded): the share of running time lost to sharing links, the ceiling any offset policy can win
+  back. ``contention_excess_recovered_pct`` (in ``metronome_vs_X``) is ``100 (E_X - E_m) / E_X`` of
+  ``avg_contention_excess_s`` (the same jobs under both policies), None when X had no excess.
 * gains ``metronome_vs_X``: ``100 (X - metronome) / X`` for JCTs, ``100 (metronome - X) / X`` for
   bottleneck utilisation. With several seeds every figure and gain is the median over seeds, except
   ``link_sharing_decisions`` and the lock-on-demand counts (``placed_unlocked``, ``placed_locked``:
@@ -71,6 +79,11 @@ def figures(run: RunResult) -> dict[str, Any]:
     ideal = sum(j.comm_ideal_s for j in networked)
     out["comm_stretch"] = _r(sum(j.comm_s for j in networked) / ideal) if ideal else 1.0
     out["networked_jobs"] = len(networked)
+    # Contention excess: communication time beyond the uncontended time (the ceiling offsets can win back).
+    excess = sum(max(0.0, j.comm_s - j.comm_ideal_s) for j in networked)  # no float residue below zero
+    running = sum(j.end_s - j.start_s for j in done)
+    out["avg_contention_excess_s"] = _r(excess / len(done)) if done else None
+    out["contention_excess"] = _r(excess / running) if running > 0 else 0.0
     out["avg_padding_s"] = _r(sum(j.padded_s for j in done) / len(done)) if done else None
     out["avg_first_slot_wait_s"] = _r(sum(j.first_wait_s for j in done) / len(done)) if done else None
     out["avg_reanchor_s"] = _r(sum(j.reanchor_s for j in done) / len(done)) if done else None
@@ -158,6 +171,8 @@ def gains(policies: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, floa
             "p99_jct_reduction_pct": _negated(_change_pct(theirs["p99_jct_s"], ours["p99_jct_s"])),
             "bottleneck_utilization_gain_pct": _change_pct(theirs["bottleneck_utilization"],
                                                            ours["bottleneck_utilization"]),
+            "contention_excess_recovered_pct": _recovered(theirs.get("avg_contention_excess_s"),
+                                                          ours.get("avg_contention_excess_s")),
         }
     return out
 
@@ -175,6 +190,7 @@ def targets(report: Mapping[str, Any], per_seed: Sequence[Mapping[str, Any]]) ->
                  and s["policies"]["metronome"]["avg_jct_s"] > s["policies"]["cassini"]["avg_jct_s"]]
         out["metronome_vs_cassini.avg_jct_no_worse_on_any_seed"] = {"target": "no seed worse", "seeds_worse": worse,
                                                                      "met": not worse}
+    out.update(issue12_targets(report))
     ours = report["policies"].get("metronome")
     if ours:
         top = ours["by_priority"].get(str(max(int(p) for p in ours["by_priority"])), {}) if ours["by_priority"] else {}
@@ -184,6 +200,64 @@ def targets(report: Mapping[str, Any], per_seed: Sequence[Mapping[str, Any]]) ->
         if "zero_overflow_fraction" in ours:
             out["metronome.zero_overflow_fraction"] = {"target": "report", "value": ours["zero_overflow_fraction"]}
     return out
+
+
+#: Below this share of running time lost to contention under volcano-topology, offsets cannot matter.
+SHARED_EXCESS = 0.01
+
+#: Issue 12's ratios: (policy X, figure, metronome's figure <= bound x X's).
+NO_HARM = (("volcano-topology", "avg_jct_s", 1.005), ("metronome-free", "avg_jct_s", 1.005),
+           ("cassini", "avg_jct_s", 1.005), ("volcano-topology", "p99_jct_s", 1.05))
+WIN_JCT, WIN_RECOVERED_PCT = 0.98, 50.0
+
+
+def issue12_targets(report: Mapping[str, Any]) -> dict[str, Any]:
+    """Issue 12's do-no-harm ratios (every scenario) and win targets (meant for the contended ones)."""
+    policies = report["policies"]
+    out: dict[str, Any] = {}
+    ours = policies.get("metronome")
+    if not ours:
+        return out
+    for name, figure, bound in NO_HARM:
+        theirs = policies.get(name, {}).get(figure)
+        if theirs and ours.get(figure) is not None:
+            ratio = _r(ours[figure] / theirs)
+            out[f"no_harm.{figure}_vs_{name}"] = {"target": f"<= {bound:g}x", "value": ratio, "met": ratio <= bound}
+    excess = policies.get("volcano-topology", {}).get("contention_excess")
+    if excess is not None and excess < SHARED_EXCESS:
+        # Nothing for offsets to win back: the win targets do not apply (reported, not judged).
+        out["win_if_contended"] = {"target": f"volcano-topology excess >= {100 * SHARED_EXCESS:g}%",
+                                   "value": excess, "applies": False}
+        return out
+    theirs = policies.get("volcano-topology", {}).get("avg_jct_s")
+    if theirs and ours.get("avg_jct_s") is not None:
+        ratio = _r(ours["avg_jct_s"] / theirs)
+        out["win_if_contended.avg_jct_vs_volcano-topology"] = {"target": f"<= {WIN_JCT:g}x", "value": ratio,
+                                                               "met": ratio <= WIN_JCT}
+    recovered = report["gains"].get("metronome_vs_volcano-topology", {}).get("contention_excess_recovered_pct")
+    if recovered is not None:
+        out["win_if_contended.excess_recovered_vs_volcano-topology"] = {
+            "target": f">= {WIN_RECOVERED_PCT:g}%", "value": recovered, "met": recovered >= WIN_RECOVERED_PCT}
+    return out
+
+
+def regime(report: Mapping[str, Any]) -> str:
+    """One line saying whether offsets can matter on this run (from volcano-topology's contention excess)."""
+    policies = report["policies"]
+    base = "volcano-topology" if "volcano-topology" in policies else None
+    if base is None or policies[base].get("contention_excess") is None:
+        return "regime: unknown (run volcano-topology to see how much contention packing leaves)"
+    excess = policies[base]["contention_excess"]
+    if excess < SHARED_EXCESS:
+        return (f"regime: OFFSETS CANNOT MATTER HERE: under volcano-topology contention costs {100 * excess:.1f}% of "
+                "running time, so any difference between the policies is placement and queueing, not time-division")
+    gains = report["gains"]
+    vt = gains.get("metronome_vs_volcano-topology", {}).get("contention_excess_recovered_pct")
+    free = gains.get("metronome_vs_metronome-free", {}).get("contention_excess_recovered_pct")
+    jct = gains.get("metronome_vs_metronome-free", {}).get("avg_jct_reduction_pct")
+    return (f"regime: LINKS ARE SHARED, OFFSETS CAN MATTER: under volcano-topology contention costs {100 * excess:.1f}% of "
+            f"running time; metronome recovered {_fmt(vt, 1)}% of it; the offsets alone (metronome vs metronome-free) "
+            f"recovered {_fmt(free, 1)}% of metronome-free's and changed avg JCT by {_signed(_neg(jct))}")
 
 
 def _job_figures(done: Sequence[JobRun]) -> dict[str, Any]:
@@ -210,6 +284,13 @@ def _change_pct(base: float | None, new: float | None) -> float | None:
     if base is None or new is None or base == 0:
         return None
     return _r(100.0 * (new - base) / base)
+
+
+def _recovered(theirs: float | None, ours: float | None) -> float | None:
+    """``100 (theirs - ours) / theirs``: the share of their contention excess metronome did not suffer."""
+    if theirs is None or ours is None or theirs <= 0:
+        return None
+    return _r(100.0 * (theirs - ours) / theirs)
 
 
 def _negated(x: float | None) -> float | None:
@@ -246,20 +327,31 @@ def table(report: Mapping[str, Any]) -> str:
     lines = [f"scenario {report['scenario']}, seeds {', '.join(map(str, seeds))}"
              + (" (medians over seeds)" if len(seeds) > 1 else "")]
     head = (f"{'policy':<17}{'done':>9}{'avg JCT s':>11}{'p99 JCT s':>11}{'slowdown':>10}{'queue s':>9}"
-            f"{'bottleneck':>12}{'avg link':>10}{'comm x':>8}{'decide ms p50/p99':>19}")
+            f"{'bottleneck':>12}{'avg link':>10}{'comm x':>8}{'excess':>8}{'decide ms p50/p99':>19}")
     lines += [head, "-" * len(head)]
     for name, f in report["policies"].items():
         decide = f"{_fmt(f['decision_ms_p50'], 2)}/{_fmt(f['decision_ms_p99'], 1)}"
         lines.append(
             f"{name:<17}{f['completed']:>4}/{f['jobs']:<4}{_fmt(f['avg_jct_s'], 1):>11}{_fmt(f['p99_jct_s'], 1):>11}"
             f"{_fmt(f['avg_slowdown'], 3):>10}{_fmt(f['avg_queue_s'], 1):>9}{_fmt(f['bottleneck_utilization'], 3):>12}"
-            f"{_fmt(f['avg_link_utilization'], 3):>10}{_fmt(f['comm_stretch'], 2):>8}{decide:>19}")
+            f"{_fmt(f['avg_link_utilization'], 3):>10}{_fmt(f['comm_stretch'], 2):>8}"
+            f"{_pct_of(f.get('contention_excess')):>8}{decide:>19}")
     if report["gains"]:
         lines += ["", "metronome relative to each policy (negative JCT change = faster):"]
         for key, g in report["gains"].items():
             lines.append(f"  vs {key[len('metronome_vs_'):]:<18} avg JCT {_signed(_neg(g['avg_jct_reduction_pct']))}, "
                          f"p99 JCT {_signed(_neg(g['p99_jct_reduction_pct']))}, "
-                         f"bottleneck utilisation {_signed(g['bottleneck_utilization_gain_pct'])}")
+                         f"bottleneck utilisation {_signed(g['bottleneck_utilization_gain_pct'])}, "
+                         f"contention excess recovered {_fmt(g.get('contention_excess_recovered_pct'), 1)}%")
+        lines.append("  (excess = communication time beyond the uncontended time, share of running time; "
+                     "recovered = 100 (E_X - E_metronome) / E_X of the excess seconds per job)")
+        vt = report["gains"].get("metronome_vs_volcano-topology")
+        free = report["gains"].get("metronome_vs_metronome-free")
+        if vt is not None:
+            share = report["policies"].get("volcano-topology", {}).get("contention_excess")
+            lines.append(f"  metronome recovered {_fmt(vt.get('contention_excess_recovered_pct'), 1)}% of volcano-topology's "
+                         f"contention excess ({_pct_of(share)} of its running time)" + ("" if free is None else
+                         f"; the offsets alone (vs metronome-free) {_fmt(free.get('contention_excess_recovered_pct'), 1)}%"))
     ours = report["policies"].get("metronome")
     if ours and ours.get("link_sharing_decisions") is not None:
         lines.append("")
@@ -267,7 +359,7 @@ def table(report: Mapping[str, Any]) -> str:
         lines.append(f"metronome: {ours['link_sharing_decisions']} decisions shared a loaded link (all seeds); a "
                      f"zero-overflow offset was found for {_fmt(None if fraction is None else 100 * fraction, 1)}% of them")
     # Phased policies: those that padded, and metronome even when lock on demand spared it all padding.
-    aligned = [(name, f) for name, f in report["policies"].items() if f.get("avg_padding_s") or "locks" in f]
+    aligned = [(name, f) for name, f in report["policies"].items() if f.get("avg_padding_s") or name == "metronome"]
     if aligned:
         lines += ["", "runtime alignment (s per job): padding = first slot + re-anchoring + grid snapping + jitter "
                   "and contention; share of iterations aligned"]
@@ -281,7 +373,8 @@ def table(report: Mapping[str, Any]) -> str:
         lines.append(f"metronome lock on demand: {ours['placed_unlocked']} gangs placed running free, "
                      f"{ours['placed_locked']} locked; {ours['locks']} locks, {ours['unlocks']} unlocks (all seeds)")
     if report.get("targets"):
-        lines += ["", "the issue's targets (set for cluster-256, medians over 3 seeds):"]
+        lines += ["", "targets (issue 2's were set for cluster-256; issue 12's no_harm for every scenario, "
+                  "win_if_contended for contended ones; medians over seeds):"]
         for key, t in report["targets"].items():
             if "met" in t:
                 shown = t.get("value", t.get("seeds_worse"))
@@ -291,6 +384,10 @@ def table(report: Mapping[str, Any]) -> str:
 
 def _fmt(x: float | None, digits: int) -> str:
     return "-" if x is None else f"{x:.{digits}f}"
+
+
+def _pct_of(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:.1f}%"
 
 
 def _neg(x: float | None) -> float | None:

@@ -29,7 +29,7 @@ from volcano_metronome.core.errors import InvalidInput
 from volcano_metronome.core import fields
 from volcano_metronome.scenario import JobSpec, Scenario, parse
 
-EXTRA_KEYS = frozenset({"description", "seeds", "generate"})
+EXTRA_KEYS = frozenset({"description", "seeds", "generate", "execution"})
 ARRIVAL_PROCESSES = ("poisson",)
 
 
@@ -48,6 +48,28 @@ class Generate:
 
 
 @dataclass(frozen=True)
+class Execution:
+    """How jobs run beyond their profile (all off by default; see docs/simulator.md, "Execution").
+
+    Every iteration's compute is multiplied by ``max(0.5, 1 + noise_cv z)``, ``z`` standard normal
+    (two-sided noise), and with probability ``straggler_probability`` by ``straggler_slowdown`` too.
+    A placed gang starts computing after a start-up delay drawn uniformly in ``startup_s``. With
+    ``overlap`` catalog models hide part of their all-reduce under compute (``ModelWindow.overlap``).
+    """
+
+    noise_cv: float = 0.0
+    straggler_probability: float = 0.0
+    straggler_slowdown: float = 1.0
+    startup_s: tuple[float, float] = (0.0, 0.0)
+    overlap: bool = False
+
+    @property
+    def random(self) -> bool:
+        """Whether runs draw anything beyond the profile's jitter."""
+        return self.noise_cv > 0 or self.straggler_probability > 0 or self.startup_s[1] > 0
+
+
+@dataclass(frozen=True)
 class SimScenario:
     """A scenario as the simulator reads it."""
 
@@ -55,6 +77,7 @@ class SimScenario:
     description: str = ""
     seeds: int = 1
     generate: Generate | None = None
+    execution: Execution = Execution()
 
     @property
     def name(self) -> str:
@@ -65,7 +88,7 @@ class SimScenario:
         """The explicit jobs plus, with ``generate:``, the ones drawn for ``seed``; by arrival, then name."""
         jobs = list(self.scenario.jobs)
         if self.generate is not None:
-            jobs += draw(self.generate, self.scenario, self.generate.seed + seed)
+            jobs += draw(self.generate, self.scenario, self.generate.seed + seed, self.execution.overlap)
         names = [j.name for j in jobs]
         if len(set(names)) != len(names):
             dup = next(n for n in names if names.count(n) > 1)
@@ -89,7 +112,37 @@ def parse_sim(data: Any, catalog: Catalog | None = None) -> SimScenario:
         raise InvalidInput("jobs", [], "a non-empty list of jobs (or a generate: section)")
     for i, job in enumerate(scenario.jobs):
         check_fits(job.workers, job.gpus_per_worker, scenario, f"jobs[{i}]")
-    return SimScenario(scenario, description, seeds, generate)
+    execution = parse_execution(data.get("execution", {}))
+    if execution.overlap:
+        topo = scenario.topology
+        scenario = replace(scenario, jobs=tuple(
+            replace(j, profile=topo.profile(scenario.catalog.get(j.model), j.gpus_per_worker, True)) if j.model else j
+            for j in scenario.jobs))
+    return SimScenario(scenario, description, seeds, generate, execution)
+
+
+def parse_execution(data: Any) -> Execution:
+    """Parse ``execution: {noise_cv, straggler_probability, straggler_slowdown, startup_s: [lo, hi], overlap}``."""
+    keys = {"noise_cv", "straggler_probability", "straggler_slowdown", "startup_s", "overlap"}
+    _mapping(data, "execution", keys)
+    startup = data.get("startup_s", [0.0, 0.0])
+    if not (isinstance(startup, list) and len(startup) == 2):
+        raise InvalidInput("execution.startup_s", startup, "a range [min, max] of seconds")
+    low = fields.nonnegative(startup[0], "execution.startup_s[0]")
+    high = fields.nonnegative(startup[1], "execution.startup_s[1]")
+    if high < low:
+        raise InvalidInput("execution.startup_s[1]", high, f"a maximum >= the minimum {low}")
+    probability = fields.nonnegative(data.get("straggler_probability", 0.0), "execution.straggler_probability")
+    if probability > 1:
+        raise InvalidInput("execution.straggler_probability", probability, "a probability in [0, 1]")
+    slowdown = fields.number(data.get("straggler_slowdown", 1.0), "execution.straggler_slowdown")
+    if slowdown < 1:
+        raise InvalidInput("execution.straggler_slowdown", slowdown, "a factor >= 1")
+    return Execution(
+        noise_cv=fields.nonnegative(data.get("noise_cv", 0.0), "execution.noise_cv"),
+        straggler_probability=probability, straggler_slowdown=slowdown, startup_s=(low, high),
+        overlap=fields.boolean(data.get("overlap", False), "execution.overlap"),
+    )
 
 
 def parse_generate(data: Any, scenario: Scenario) -> Generate:
@@ -122,7 +175,7 @@ def parse_generate(data: Any, scenario: Scenario) -> Generate:
     )
 
 
-def draw(gen: Generate, scenario: Scenario, seed: int) -> list[JobSpec]:
+def draw(gen: Generate, scenario: Scenario, seed: int, overlap: bool = False) -> list[JobSpec]:
     """The ``gen.count`` jobs of one seed: Poisson arrivals, then model, size, length and priority."""
     rng = np.random.default_rng(seed)
     gaps = rng.exponential(60.0 / gen.rate_per_min, gen.count)
@@ -131,14 +184,13 @@ def draw(gen: Generate, scenario: Scenario, seed: int) -> list[JobSpec]:
     shapes = _pick(rng, gen.shapes, gen.count)
     iterations = rng.integers(gen.iterations[0], gen.iterations[1] + 1, gen.count)
     priorities = _pick(rng, gen.priorities, gen.count)
-    line_rate = scenario.topology.nic_gbps
     jobs = []
     for i in range(gen.count):
         model = str(models[i])
         jobs.append(JobSpec(
             name=f"{model}-{i:04d}", arrival_s=round(float(arrivals[i]), 3), workers=int(shapes[i][0]),
             gpus_per_worker=int(shapes[i][1]), iterations=int(iterations[i]), priority=int(priorities[i]),
-            profile=scenario.catalog.get(model).profile(line_rate), model=model))
+            profile=scenario.topology.profile(scenario.catalog.get(model), int(shapes[i][1]), overlap), model=model))
     return jobs
 
 
@@ -174,20 +226,20 @@ def _shapes(data: Mapping[str, Any], scenario: Scenario) -> tuple[tuple[tuple[in
     return tuple(((int(w), gpus), weight) for w, weight in choices)
 
 
-def offered_load(gen: Generate, scenario: Scenario) -> float:
+def offered_load(gen: Generate, scenario: Scenario, overlap: bool = False) -> float:
     """Expected GPU demand over cluster GPUs: arrival rate x mean GPU-seconds of a job alone / GPUs.
 
     A job alone lasts ``iterations x period`` (the catalog period on the topology's NICs, before
     grid snapping); model, shape and length are drawn independently, so the means multiply.
     """
-    line_rate = scenario.topology.nic_gbps
     mix_w = sum(w for _, w in gen.mix)
-    period_s = sum(w * scenario.catalog.get(m).profile(line_rate).period_ms / 1000.0 for m, w in gen.mix) / mix_w
     shape_w = sum(w for _, w in gen.shapes)
-    gpus = sum(w * workers * per for (workers, per), w in gen.shapes) / shape_w
+    # GPU-seconds per iteration, averaged over model and shape (the period depends on both: rails).
+    gpu_s = sum(wm * ws * workers * per * scenario.topology.profile(scenario.catalog.get(m), per, overlap).period_ms
+                / 1000.0 for m, wm in gen.mix for (workers, per), ws in gen.shapes) / (mix_w * shape_w)
     iterations = (gen.iterations[0] + gen.iterations[1]) / 2.0
     cluster = scenario.topology.nodes * scenario.topology.gpus_per_node
-    return gen.rate_per_min / 60.0 * gpus * iterations * period_s / cluster
+    return gen.rate_per_min / 60.0 * gpu_s * iterations / cluster
 
 
 def check_fits(workers: int, gpus_per_worker: int, scenario: Scenario, field: str) -> None:

@@ -27,6 +27,7 @@ POLICIES: dict[str, str] = {
     "exclusive": "exclusive",
     "cassini": "cassini",
     "metronome": "metronome",
+    "metronome-free": "metronome_free",
 }
 
 

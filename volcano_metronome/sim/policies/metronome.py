@@ -11,7 +11,8 @@ no clock). A gang that loads no link gets no offset: its runtime has nothing to 
 
 Lock on demand (``Policy.lock_on_demand``, see ``core.decision``), published as the controller
 will: a gang placed unlocked gets its snapped period but no offset, and runs free; the decision that
-locks it (``Decision.locks``) publishes its provisional offset, on which its runtime re-anchors.
+locks it (``Decision.locks``) publishes its provisional offset (moved first where the decision says
+so: ``Decision.relocations``), on which its runtime re-anchors.
 After departures, on the same pass as re-optimisation, every gang ``Snapshot.unlockable`` names
 is unlocked (its offset withdrawn): no contended link is left to it, so it runs free again.
 
@@ -64,7 +65,7 @@ class Metronome(SimPolicy):
         self.reopt_ms: list[float] = []
         self.counts = {"decisions": 0, "sharing": 0, "sharing_zero_overflow": 0, "sharing_guarded_fit": 0,
                        "reoptimisations": 0, "moves": 0, "placed_unlocked": 0, "placed_locked": 0, "locks": 0,
-                       "unlocks": 0}
+                       "unlocks": 0, "relocations": 0}
         self.snapping: list[float] = []
         # For the TDM picture: per link, the most gangs ever on it at once and their phases then.
         self.crowd = self.stats.crowd
@@ -88,6 +89,7 @@ class Metronome(SimPolicy):
             self._track(gang.uid, links)
             if not result.feasible:
                 self.dirty.update(links.tolist())
+            self.counts["relocations"] += len(result.relocations)
             for uid in result.locks:
                 self.counts["locks"] += 1
                 self._shifts.append((uid, self.snapshot.placed[uid].offset * self.snapshot.grid.slot_ms))
@@ -188,6 +190,7 @@ class Metronome(SimPolicy):
             "placed_locked": c["placed_locked"],
             "locks": c["locks"],
             "unlocks": c["unlocks"],
+            "relocations": c["relocations"],
         }
 
 
