@@ -120,9 +120,9 @@ def test_a_gang_alone_runs_free_and_a_gang_sharing_its_nics_locks_it(fake: FakeA
     assert_interleaved(fake)
     assert events(fake, LOCKED) == ["a"] and events(fake, "Placed") == ["a", "b"]
     assert metric(ctl, "metronome_controller_locks_total") == 1
-    # The lock is written after the deciding gang's claim: its claim, then the locked gang's.
+    # The deciding gang's claim is written after the lock its decision takes: a's lock, then b's claim.
     statuses = [name for verb, plural, name in fake.writes if (verb, plural) == ("patch/status", api.CLAIMS)]
-    assert statuses == ["podgroup-a", "podgroup-b", "podgroup-a"]
+    assert statuses == ["podgroup-a", "podgroup-a", "podgroup-b"]
     plan, _ = controller(fake, later + 1).cycle()  # a restart agrees with what is written
     assert plan.writes == 0
 
@@ -146,7 +146,7 @@ def test_a_crash_between_the_lock_writes_converges(fake: FakeApi, crash_after: i
     converge(controller(fake))
     first = claim(fake, "a")["status"]
     add_gang(fake, "b")
-    # The cycle that decides b writes: b's claim (create, status), a's claim (lock), then six pods.
+    # The cycle that decides b writes: a's claim (lock), b's claim (create, status), then six pods.
     ctl = controller(fake, NOW + 100)
     count = itertools.count(1)
     ctl.writer.after_write = lambda: (_ for _ in ()).throw(SystemExit) if next(count) == crash_after else None
@@ -169,38 +169,44 @@ def test_a_crash_between_the_lock_writes_converges(fake: FakeApi, crash_after: i
     assert len(fake.all(kube.CLAIMS)) == 2
 
 
-def test_an_unlocked_gang_sharing_a_link_is_locked_without_a_decision(fake: FakeApi) -> None:
-    """What a controller killed between the two claims leaves: the deciding gang recorded, the other not locked."""
+def test_a_decision_is_not_recorded_without_its_lock(fake: FakeApi) -> None:
+    """A controller killed at the lock leaves the deciding gang undecided, never decided without its lock.
+
+    The core leaves gangs free on contended links where a lock would not pay, so a missing lock could not
+    be told from a deliberate one later: the lock is written first and the decision waits for it.
+    """
     add_gang(fake, "a")
     converge(controller(fake))
+    first = claim(fake, "a")["status"]
     add_gang(fake, "b")
     fake.fail(lambda verb, plural, name: verb == "patch/status" and name == "podgroup-a", SystemExit())
     with pytest.raises(SystemExit):
         controller(fake, NOW + 100).cycle()
-    assert claim(fake, "b")["status"]["locked"] is True and claim(fake, "a")["status"]["locked"] is False
+    assert fake.get(kube.CLAIMS, NS, "podgroup-b") is None and claim(fake, "a")["status"]["locked"] is False
     ctl = controller(fake, NOW + 200)
     plan, _ = ctl.cycle()
-    locking = next(g for g in plan.gangs if g.transition == LOCKED)
-    assert locking.requires == "" and not plan.decisions  # nothing is decided again
+    deciding = next(g for g in plan.gangs if g.placed)
+    assert deciding.requires == (f"{NS}/PodGroup/a",)  # b is decided again, after a's lock
     converge(ctl)
-    assert claim(fake, "a")["status"]["epoch"] == epoch_at_or_after((NOW + 200) * 1000 + SETTINGS.reconfigure_lead_ms,
-                                                                    SETTINGS)
+    a = claim(fake, "a")["status"]
+    assert a["locked"] is True and claim(fake, "b")["status"]["locked"] is True
+    assert a["offsetMs"] == first["offsetMs"] and a["decidedAt"] == first["decidedAt"]
     assert_pods_follow(fake, "a")
     assert_interleaved(fake)
 
 
-def test_the_lock_waits_for_the_deciding_gangs_claim(fake: FakeApi) -> None:
+def test_the_decision_waits_for_the_lock(fake: FakeApi) -> None:
     add_gang(fake, "a")
     converge(controller(fake))
     add_gang(fake, "b")
-    fake.fail(lambda verb, plural, name: verb == "patch/status" and name == "podgroup-b", Unavailable("down"))
+    fake.fail(lambda verb, plural, name: verb == "patch/status" and name == "podgroup-a", Unavailable("down"))
     ctl = controller(fake, NOW + 100)
     _, outcome = ctl.cycle()
-    assert outcome.errors == 1 and outcome.locked == []
-    assert claim(fake, "a")["status"]["locked"] is False  # not locked for a decision that was not recorded
-    assert all(api.OFFSET_MS not in timing(p) for p in pods(fake, "a"))
+    assert outcome.errors == 1 and outcome.locked == [] and outcome.placed == []
+    assert fake.get(kube.CLAIMS, NS, "podgroup-b") is None  # no decision recorded without the lock it takes
+    assert all(p["spec"].get("schedulingGates") for p in pods(fake, "b"))  # b's pods stay gated
     converge(ctl)
-    assert claim(fake, "a")["status"]["locked"] is True
+    assert claim(fake, "a")["status"]["locked"] is True and claim(fake, "b")["status"]["locked"] is True
     assert_pods_follow(fake, "a")
     assert_interleaved(fake)
 

@@ -20,10 +20,11 @@ rates add up to more than the capacity, so bursts could collide) is recorded wit
 runtime runs free. When a decision makes one of its links contended, the decision names it in
 ``Decision.locks``; its claim then gets ``locked: true`` and a future epoch (the offset it already
 has stays: every lattice epoch is congruent to 0 modulo every snapped period), then its pods get
-``offset-ms`` and that epoch, then an Event ``Locked``. These writes of the locked gang are ordered
-after the deciding gang's claim writes (``GangWrites.requires``). Convergence does not rest on
-that order alone: every cycle, any unlocked gang the core would not leave unlocked is locked (a
-controller killed between the two claims leaves exactly such a gang). The periodic
+``offset-ms`` and that epoch, then an Event ``Locked``. The deciding gang's claim writes wait for
+the locks of the gangs its decision names (``GangWrites.requires``): the core leaves gangs free on
+contended links on purpose where locking would not pay, so a lock cannot be inferred later, and a
+controller killed between the writes must leave at worst a locked gang whose decider is decided
+again, never a decision recorded without its locks. The periodic
 re-optimisation pass unlocks locked gangs left with no contended link (``Snapshot.unlockable``):
 ``locked: false``, then ``offset-ms``/``epoch`` removed from their pods, then an Event ``Unlocked``.
 
@@ -149,8 +150,8 @@ Write = CreateClaim | ClaimStatus | DeleteClaim | PodPatch | WorkloadCheck | Sta
 class GangWrites:
     """One gang's writes, in order: ``claim`` one by one, then ``pods`` (in any order), then ``after``.
 
-    ``requires`` names another gang of the plan whose claim writes must succeed first (a gang locked
-    by a decision waits for the deciding gang's claim); when they fail, this gang waits a cycle.
+    ``requires`` names other gangs of the plan whose claim writes must succeed first (a deciding gang
+    waits for the locks its decision takes); when they fail, this gang waits a cycle.
     """
 
     gang: str
@@ -158,7 +159,7 @@ class GangWrites:
     pods: tuple[PodPatch, ...] = ()
     after: tuple[WorkloadCheck | Event, ...] = ()
     placed: bool = False  # this plan records a new decision for the gang
-    requires: str = ""
+    requires: tuple[str, ...] = ()
     transition: str = ""  # LOCKED or UNLOCKED when this plan locks or unlocks a running gang
 
     def __bool__(self) -> bool:
@@ -188,12 +189,13 @@ class Decided:
     """The core's answers for this cycle's pending gangs, by gang uid.
 
     ``locks`` maps each unlocked gang that must align from now on to the uid of the gang whose
-    decision locks it, or to "" when no decision of this cycle does (it already shares a contended link).
+    decision locks it; ``relocations`` the new offsets (ms) the core gave some of them with the lock.
     """
 
     results: Mapping[str, Decision | NoFit] = field(default_factory=dict)
     warnings: tuple[str, ...] = ()
     locks: Mapping[str, str] = field(default_factory=dict)
+    relocations: Mapping[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -269,7 +271,8 @@ def decide(world: World, settings: Settings, now_s: float) -> Decided:
         pol = core_policy(world, name, settings)
         for gang in order(gangs, pol, now_s):
             results[gang.uid] = _decide_one(snap, gang, pol)
-    return Decided(results, tuple(warnings), _locks(snap, results))
+    locks, relocations = _locks(results, snap.grid.slot_ms)
+    return Decided(results, tuple(warnings), locks, relocations)
 
 
 def _decide_one(snap: Snapshot, gang: Gang, pol: Policy) -> Decision | NoFit:
@@ -287,27 +290,22 @@ def _decide_one(snap: Snapshot, gang: Gang, pol: Policy) -> Decision | NoFit:
     return result
 
 
-def _locks(snap: Snapshot, results: Mapping[str, Decision | NoFit]) -> dict[str, str]:
-    """Unlocked gangs that must align: those the decisions lock, then any other the core would not leave
-    unlocked (e.g. left so by a controller that stopped between the deciding gang's claim and this one's).
+def _locks(results: Mapping[str, Decision | NoFit], slot_ms: float) -> tuple[dict[str, str], dict[str, float]]:
+    """The running gangs this cycle's decisions lock (to the uid of the deciding gang), and the new
+    offsets (ms) of those the core relocated with the lock.
 
-    The second rule is the exact complement of the core's unlock rule (``Snapshot.unlockable``), so a
-    gang is never locked by one cycle and unlocked by the next re-optimisation pass. It uses up
-    ``snap``, which the cycle is done with.
+    Only the core's decisions lock: it leaves a gang free on a contended link on purpose when locking
+    would cost more padding than the collisions it saves, so the controller must not lock it anyway.
     """
-    out: dict[str, str] = {}
+    locks: dict[str, str] = {}
+    relocations: dict[str, float] = {}
     for result in results.values():
         if isinstance(result, Decision):
             for uid in result.locks:
-                out.setdefault(uid, result.uid)
-    unlocked = sorted(uid for uid, placed in snap.placed.items() if not placed.locked and uid not in out)
-    for uid in unlocked:
-        snap.lock(uid)
-    free = set(snap.unlockable())
-    for uid in unlocked:
-        if uid not in free:
-            out[uid] = ""
-    return out
+                locks.setdefault(uid, result.uid)
+            for uid, offset_slots in result.relocations:
+                relocations.setdefault(uid, offset_slots * slot_ms)
+    return locks, relocations
 
 
 def reoptimise_running(world: World, settings: Settings, due: Sequence[str],
@@ -338,7 +336,8 @@ def reoptimise_running(world: World, settings: Settings, due: Sequence[str],
     for name in sorted(due):
         view = next((p for p in world.policies if p.name == name), None)
         max_moves = view.reoptimization.max_moves if view is not None else 4
-        frozen = frozenset(uid for uid in snap.placed if owner.get(uid) != name or uid in fresh)
+        frozen = frozenset(uid for uid in snap.placed
+                           if owner.get(uid) != name or uid in fresh or uid in decided.relocations)
         pol = core_policy(world, name, settings)
         result = reoptimise(snap, pol, max_moves=max_moves, frozen=frozen)
         moves.extend(result.moves)
@@ -368,14 +367,18 @@ def plan(world: World, decided: Decided, settings: Settings, now_s: float,
         elif isinstance(result, Decision):
             w = _place(gang, result, settings, now_s, now_ms, locked=result.locked or gang.uid in decided.locks,
                        topology=world.topology)
+            w = dataclasses.replace(w, requires=tuple(sorted(keys[u] for u in result.locks if u in keys)))
         elif isinstance(result, NoFit):
             w = _no_fit(gang, result.reason, world, now_s, reported)
         elif gang.placed and gang.claim is not None:
             lock = gang.uid in decided.locks
-            w = _follow(gang, gang.claim, moved.get(gang.uid), settings, now_s, now_ms, lock=lock,
-                        unlock=gang.uid in unlocks and not lock)
-            if lock and decided.locks[gang.uid] in keys:
-                w = dataclasses.replace(w, requires=keys[decided.locks[gang.uid]])
+            move, why = moved.get(gang.uid), "re-optimisation"
+            if move is None and gang.uid in decided.relocations:
+                offset_ms = decided.relocations[gang.uid]
+                slots = round(offset_ms / settings.grid.slot_ms)
+                move, why = Move(gang.uid, slots, slots, offset_ms), f"moved to lock with {keys.get(decided.locks[gang.uid], 'a new gang')}"
+            w = _follow(gang, gang.claim, move, settings, now_s, now_ms, lock=lock,
+                        unlock=gang.uid in unlocks and not lock, why=why)
         elif not gang.placed and gang.profile is None and not gang.waiting_for:
             w = _no_fit(gang, gang.profile_error, world, now_s, reported)
         else:
@@ -469,7 +472,7 @@ def _place(gang: GangView, d: Decision, settings: Settings, now_s: float, now_ms
 
 
 def _follow(gang: GangView, claim: ClaimView, move: Move | None, settings: Settings, now_s: float,
-            now_ms: float, lock: bool = False, unlock: bool = False) -> GangWrites:
+            now_ms: float, lock: bool = False, unlock: bool = False, why: str = "re-optimisation") -> GangWrites:
     """Writes that make a placed gang's pods and Workload agree with its claim (and apply a move, a lock
     or an unlock to the claim first).
 
@@ -485,7 +488,7 @@ def _follow(gang: GangView, claim: ClaimView, move: Move | None, settings: Setti
         epoch, locked = future, True
         offset = math.fmod(move.offset_ms, period) if period > 0 else move.offset_ms
         note = (f"offset {claim.offset_ms:g} -> {offset:g} ms of {period:g} ms from epoch {epoch} "
-                f"(re-optimisation)")
+                f"({why})")
         conds = objects.set_condition(claim.conditions, RECONFIGURED, "True", RECONFIGURED, note, now_s)
         status.update({"offsetMs": offset, "epoch": epoch, "conditions": conds})
         if settings.events:

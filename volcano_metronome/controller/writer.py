@@ -1,9 +1,9 @@
 """Applying a plan through the API, in order, idempotently, with optimistic concurrency.
 
 Three phases over all gangs at once (each phase's writes run in parallel): first every gang's
-claim writes (one after the other within a gang; a gang that ``requires`` another starts only once
-that gang's claim writes succeeded, so a gang locked by a decision is written after the deciding
-gang's claim), then the pod patches of the gangs whose claim writes succeeded, then their
+claim writes (one after the other within a gang; a gang that ``requires`` others starts only once
+their claim writes succeeded, so a deciding gang's claim is written after the locks its decision
+takes), then the pod patches of the gangs whose claim writes succeeded, then their
 Workload and Event writes. A gang whose write fails stops there for
 this cycle; the next cycle starts again from what the API server holds. A 409 (the object changed
 since it was read) refreshes the object into the overlay so the next cycle plans from it.
@@ -101,7 +101,7 @@ class Writer:
         planned = {g.gang for g in first}
         done_claims = {g.gang for g, good in zip(first, ok) if good}
         # A required gang without writes in this plan has nothing to wait for.
-        second = [g for g in gangs if g.requires and (g.requires in done_claims or g.requires not in planned)]
+        second = [g for g in gangs if g.requires and all(r in done_claims or r not in planned for r in g.requires)]
         ok2 = self._map(lambda g: self._claim_phase(g, out), second)
         ready = [g for g, good in [*zip(first, ok), *zip(second, ok2)] if good]
         pod_jobs = [(g, p) for g in ready for p in g.pods]
