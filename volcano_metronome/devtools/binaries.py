@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterable, Sequence
 
 from volcano_metronome.core.errors import MetronomeError
+from volcano_metronome.devtools import gosource
 
 # Bump when the way binaries are built changes in a way go.mod/go.sum do not show.
 _RECIPE_VERSION = "1"
@@ -52,10 +53,14 @@ class Tool:
     package: str  # Go package path of the main package
     module: str  # module whose selected version names the binary
     tier: str  # "integration" (built on every CI run) or "e2e" (only with METRONOME_E2E=1)
-    # -X assignments; {version}, {major} and {minor} are filled from the module version.
+    # -X assignments; {version}, {major} and {minor} are filled from the module version, {k8s_major}
+    # and {k8s_minor} from the group's k8s.io/client-go (v0.36.x: Kubernetes 1.36).
     version_flags: tuple[str, ...] = ()
     # Files of ``module`` the program needs at run time, copied beside the binary under share/.
     module_files: tuple[str, ...] = ()
+    # True: ``module`` is built as the main module, in its own source tree (``package`` relative to
+    # it), pinned by the group's source.json (:mod:`~volcano_metronome.devtools.gosource`).
+    main_module: bool = False
 
 
 @dataclass(frozen=True)
@@ -98,6 +103,21 @@ _KUEUE_CRDS = tuple(
     )
 )
 _KUEUE_WEBHOOKS = ("config/components/webhook/manifests.yaml", "config/components/webhook/kustomization.yaml")
+_VOLCANO_CHART = "installer/helm/chart/volcano"
+_VOLCANO_FLAGS = ("volcano.sh/volcano/pkg/version.Version={version}",)
+# The CRDs of this exact Volcano, the jobflow ones included: vc-controller-manager's informers never
+# sync without them.
+VOLCANO_CRDS = tuple(
+    f"config/crd/volcano/bases/{name}.yaml"
+    for name in (
+        "batch.volcano.sh_cronjobs", "batch.volcano.sh_jobs", "bus.volcano.sh_commands",
+        "config.volcano.sh_colocationconfigurations", "nodeinfo.volcano.sh_numatopologies",
+        "scheduling.volcano.sh_podgroups", "scheduling.volcano.sh_queues", "shard.volcano.sh_nodeshards",
+        "topology.volcano.sh_hypernodes",
+    )
+) + ("config/crd/jobflow/bases/flow.volcano.sh_jobflows.yaml", "config/crd/jobflow/bases/flow.volcano.sh_jobtemplates.yaml")
+VOLCANO_SCHEDULER_CONF = f"{_VOLCANO_CHART}/config/volcano-scheduler.conf"
+VOLCANO_WEBHOOKS = f"{_VOLCANO_CHART}/templates/webhooks.yaml"
 TOOLS: dict[str, Tool] = {
     tool.name: tool
     for tool in (
@@ -122,7 +142,16 @@ TOOLS: dict[str, Tool] = {
             package="helm.sh/helm/v3/cmd/helm",
             module="helm.sh/helm/v3",
             tier="integration",
-            version_flags=("helm.sh/helm/v3/internal/version.version={version}",),
+            # As helm's release build (its Makefile): without the Kubernetes version of its client-go,
+            # `helm template` assumes Kubernetes v1.20 and refuses charts that need a newer one.
+            version_flags=(
+                "helm.sh/helm/v3/internal/version.version={version}",
+                "helm.sh/helm/v3/internal/version.gitTreeState=clean",
+                "helm.sh/helm/v3/pkg/chartutil.k8sVersionMajor={k8s_major}",
+                "helm.sh/helm/v3/pkg/chartutil.k8sVersionMinor={k8s_minor}",
+                "helm.sh/helm/v3/pkg/lint/rules.k8sVersionMajor={k8s_major}",
+                "helm.sh/helm/v3/pkg/lint/rules.k8sVersionMinor={k8s_minor}",
+            ),
         ),
         Tool(
             name="kube-scheduler",
@@ -165,6 +194,38 @@ TOOLS: dict[str, Tool] = {
             tier="e2e",
             version_flags=("sigs.k8s.io/kueue/pkg/version.GitVersion={version}",),
             module_files=_KUEUE_CRDS + _KUEUE_WEBHOOKS,
+        ),
+        # Volcano's three programs, configured at run time as its Helm chart does: the scheduler with
+        # the chart's default configuration, the webhook manager with the chart's registrations.
+        Tool(
+            name="volcano-scheduler",
+            group="volcano",
+            package="./cmd/scheduler",
+            module="volcano.sh/volcano",
+            tier="e2e",
+            version_flags=_VOLCANO_FLAGS,
+            module_files=(VOLCANO_SCHEDULER_CONF,),
+            main_module=True,
+        ),
+        Tool(
+            name="volcano-controller-manager",
+            group="volcano",
+            package="./cmd/controller-manager",
+            module="volcano.sh/volcano",
+            tier="e2e",
+            version_flags=_VOLCANO_FLAGS,
+            module_files=VOLCANO_CRDS,
+            main_module=True,
+        ),
+        Tool(
+            name="volcano-webhook-manager",
+            group="volcano",
+            package="./cmd/webhook-manager",
+            module="volcano.sh/volcano",
+            tier="e2e",
+            version_flags=_VOLCANO_FLAGS,
+            module_files=(VOLCANO_WEBHOOKS,),
+            main_module=True,
         ),
     )
 }
@@ -246,17 +307,19 @@ def version_key(name: str, tools: pathlib.Path | None = None) -> tuple[str, str]
     """``(version, key)`` of ``name``: the key names its cache directory."""
     recipe = tool(name)
     group = (tools or tools_dir()) / recipe.group
+    pin_files = (gosource.PIN_FILE,) if recipe.main_module else ("go.mod", "go.sum")
     try:
-        go_mod = (group / "go.mod").read_text()
-        go_sum = (group / "go.sum").read_bytes()
+        pins = [(group / file).read_bytes() for file in pin_files]
     except OSError as exc:
-        raise BuildFailed(f"cannot read the Go module of {name} in {group}: {exc}") from exc
-    version = module_version(go_mod, recipe.module)
+        raise BuildFailed(f"cannot read the pins of {name} in {group}: {exc}") from exc
+    if recipe.main_module:
+        version = gosource.Pin.read(group / gosource.PIN_FILE).version
+    else:
+        version = module_version(pins[0].decode(), recipe.module)
     digest = hashlib.sha256()
     parts = [
         _RECIPE_VERSION.encode(),
-        go_mod.encode(),
-        go_sum,
+        *pins,
         recipe.package.encode(),
         "\0".join(recipe.version_flags).encode(),
     ]
@@ -325,27 +388,29 @@ def _build_one(
     go = shutil.which("go")
     if go is None:
         raise BuildFailed(f"building {name} needs the Go toolchain (`go`) on PATH")
+    workdir = main_module_dir(recipe, tools, progress) if recipe.main_module else tools / recipe.group
     if progress:
         progress(f"building {name} {version} into {target_dir} ...")
     target_dir.mkdir(parents=True, exist_ok=True)
     # Build to a private name, then rename: an interrupted build never looks like a cached one.
     partial = target_dir / f".{name}.partial-{os.getpid()}"
-    command = [go, "build", "-trimpath", "-ldflags", _ldflags(recipe, version), "-o", str(partial), recipe.package]
+    client_go = "" if recipe.main_module else _client_go_version(tools / recipe.group)
+    command = [go, "build", "-trimpath", "-ldflags", _ldflags(recipe, version, client_go), "-o", str(partial), recipe.package]
     env = dict(os.environ)
     env["CGO_ENABLED"] = "0"  # static binaries; no C toolchain needed on CI
     env["GOFLAGS"] = (env.get("GOFLAGS", "") + " -mod=readonly").strip()
     log_path = target_dir / "build.log"
     started = time.monotonic()
     with open(log_path, "wb") as log:
-        completed = subprocess.run(command, cwd=tools / recipe.group, env=env, stdout=log, stderr=subprocess.STDOUT, check=False)
+        completed = subprocess.run(command, cwd=workdir, env=env, stdout=log, stderr=subprocess.STDOUT, check=False)
     seconds = time.monotonic() - started
     if completed.returncode != 0:
         partial.unlink(missing_ok=True)
         raise BuildFailed(
-            f"`go build {recipe.package}` in {tools / recipe.group} failed (exit {completed.returncode}); "
+            f"`go build {recipe.package}` in {workdir} failed (exit {completed.returncode}); "
             f"last lines of {log_path}:\n{_tail(log_path)}"
         )
-    _copy_module_files(recipe, go, env, tools / recipe.group, target_dir)
+    _copy_module_files(recipe, go, env, workdir, target_dir)
     os.replace(partial, target)
     info = {"name": name, "version": version, "package": recipe.package, "seconds": round(seconds, 2)}
     (target_dir / "build.json").write_text(json.dumps(info, indent=2) + "\n")
@@ -370,6 +435,9 @@ def _complete(recipe: Tool, target: pathlib.Path) -> bool:
 def _copy_module_files(recipe: Tool, go: str, env: dict[str, str], group: pathlib.Path, target_dir: pathlib.Path) -> None:
     if not recipe.module_files:
         return
+    if recipe.main_module:
+        _copy_files(recipe, group, target_dir)  # ``group`` is the module's own tree
+        return
     listed = subprocess.run(
         [go, "list", "-m", "-f", "{{.Dir}}", recipe.module],
         cwd=group,
@@ -381,6 +449,10 @@ def _copy_module_files(recipe: Tool, go: str, env: dict[str, str], group: pathli
     module_dir = pathlib.Path(listed.stdout.strip())
     if listed.returncode != 0 or not module_dir.is_dir():
         raise BuildFailed(f"cannot locate the source of {recipe.module} in the module cache: {listed.stderr.strip()}")
+    _copy_files(recipe, module_dir, target_dir)
+
+
+def _copy_files(recipe: Tool, module_dir: pathlib.Path, target_dir: pathlib.Path) -> None:
     for relative in recipe.module_files:
         source = module_dir / relative
         destination = target_dir / "share" / relative
@@ -391,12 +463,37 @@ def _copy_module_files(recipe: Tool, go: str, env: dict[str, str], group: pathli
             raise BuildFailed(f"{recipe.name} needs {relative} from {recipe.module}: {exc}") from exc
 
 
-def _ldflags(recipe: Tool, version: str) -> str:
+def main_module_dir(
+    recipe: Tool, tools: pathlib.Path | None = None, progress: Callable[[str], None] | None = None
+) -> pathlib.Path:
+    """The source tree a ``main_module`` program is built in (module proxy, else the pinned archive)."""
+    tools = tools or tools_dir()
+    pin = gosource.Pin.read(tools / recipe.group / gosource.PIN_FILE)
+    try:
+        return gosource.source_dir(pin, checkout=tools.parent, cache=user_cache_dir("src", "METRONOME_SRC_DIR"),
+                                   progress=progress)
+    except gosource.SourceUnavailable as exc:
+        raise BuildFailed(f"cannot build {recipe.name}: {exc}") from exc
+
+
+def _client_go_version(group: pathlib.Path) -> str:
+    try:
+        return module_version((group / "go.mod").read_text(), "k8s.io/client-go")
+    except (OSError, BuildFailed):
+        return ""
+
+
+def _ldflags(recipe: Tool, version: str, client_go: str = "") -> str:
     match = re.match(r"v(\d+)\.(\d+)", version)
     major, minor = (match.group(1), match.group(2)) if match else ("", "")
+    k8s = re.match(r"v0\.(\d+)", client_go)  # client-go v0.N is Kubernetes 1.N
+    fields = {"version": version, "major": major, "minor": minor, "k8s_major": "1" if k8s else "",
+              "k8s_minor": k8s.group(1) if k8s else ""}
     flags = ["-s", "-w"]  # no symbol table or DWARF: a third smaller, and faster to link
     for assignment in recipe.version_flags:
-        flags.extend(["-X", assignment.format(version=version, major=major, minor=minor)])
+        if "{k8s_" in assignment and not k8s:
+            raise BuildFailed(f"{recipe.name}: {assignment} needs k8s.io/client-go in the go.mod of its group")
+        flags.extend(["-X", assignment.format(**fields)])
     return " ".join(flags)
 
 
