@@ -104,6 +104,29 @@ def source_dir(
     return _install(target, lambda destination: _unpack(archive, pin.archive_top, destination), str(archive))
 
 
+def archive_tree(
+    pin: Pin, *, checkout: pathlib.Path, cache: pathlib.Path, environ: dict[str, str] | None = None
+) -> tuple[pathlib.Path | None, list[str]]:
+    """The unpacked archive of ``pin`` (unpacked once), or None and the places looked in."""
+    env = dict(os.environ if environ is None else environ)
+    target = cache / f"{pin.module.rsplit('/', 1)[-1]}-{pin.version}-archive"
+    if (target / _COMPLETE).is_file():
+        return target / "src", []
+    tried: list[str] = []
+    archive = _find_archive(pin, env, checkout, tried)
+    if archive is None:
+        return None, tried
+    return _install(target, lambda destination: _unpack(archive, pin.archive_top, destination), str(archive)), tried
+
+
+def module_tree(module: str, version: str, environ: dict[str, str] | None = None) -> tuple[pathlib.Path | None, str]:
+    """The read-only tree of ``module@version`` in the Go module cache (downloaded through the proxy if
+    needed, checked against the checksum database), or None and why not."""
+    tried: list[str] = []
+    found = _from_proxy(Pin(module, version, "", "", "", ""), dict(os.environ if environ is None else environ), tried)
+    return found, "; ".join(tried)
+
+
 def _from_proxy(pin: Pin, env: dict[str, str], tried: list[str]) -> pathlib.Path | None:
     go = shutil.which("go", path=env.get("PATH"))
     where = f"Go module proxy (GOPROXY={env.get('GOPROXY') or 'go env default'})"
@@ -122,7 +145,7 @@ def _from_proxy(pin: Pin, env: dict[str, str], tried: list[str]) -> pathlib.Path
     if completed.returncode == 0 and directory and pathlib.Path(directory, "go.mod").is_file():
         return pathlib.Path(directory)
     reason = answer.get("Error") or completed.stderr.strip() or f"exit {completed.returncode}"
-    tried.append(f"{where}: {reason.strip().splitlines()[-1]}")
+    tried.append(f"{where}: {reason.strip().splitlines()[0]}")
     return None
 
 
@@ -157,9 +180,14 @@ def _sha256(path: pathlib.Path) -> str:
 def _unpack(archive: pathlib.Path, top: str, destination: pathlib.Path) -> None:
     with tempfile.TemporaryDirectory(prefix=".unpack-", dir=destination.parent) as scratch:
         with tarfile.open(archive, "r:gz") as tar:
+            root = pathlib.Path(scratch).resolve()
             for member in tar.getmembers():
-                if not (member.isfile() or member.isdir()) or member.name.startswith("/") or ".." in member.name.split("/"):
-                    raise SourceUnavailable(f"{archive}: unexpected member {member.name!r} (only plain files and directories)")
+                inside = (root / member.name).resolve()
+                link = (inside.parent / member.linkname).resolve() if member.issym() else inside
+                if not (member.isfile() or member.isdir() or member.issym()) or root not in (*inside.parents, inside) \
+                        or root not in link.parents:
+                    raise SourceUnavailable(f"{archive}: unexpected member {member.name!r} (only files, directories "
+                                            f"and symbolic links inside the tree)")
             tar.extractall(scratch)  # noqa: S202 - members checked just above
         unpacked = pathlib.Path(scratch) / top
         if not (unpacked / "go.mod").is_file():

@@ -22,8 +22,8 @@ mutated by the webhook just registered), so a started stack is usable at once. A
 program is not built is skipped with a note unless it is ``required``; the e2e tier requires all.
 ``detach()`` / :meth:`Stack.attach` let ``dev-cluster`` leave the stack running between commands.
 
-The Volcano scheduler and controller-manager are not part of it: their Go module cannot be fetched
-(see docs/control-plane.md).
+With the Volcano programs built, it also runs Volcano as its chart does (:mod:`~volcano_metronome.devtools.volcano`):
+its webhook manager (after kwok), controller-manager and scheduler, with the CRDs of that build.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ from typing import Any, Callable, Iterable, Mapping
 import yaml
 
 from volcano_metronome import api, pki
-from volcano_metronome.devtools import binaries, components, registrations, sources
+from volcano_metronome.devtools import binaries, components, registrations, sources, volcano
 from volcano_metronome.devtools.apply import ApiClient, ApiError
 from volcano_metronome.devtools.controlplane import (
     LOOPBACK,
@@ -64,13 +64,19 @@ RELEASE = "metronome"  # the Helm release name the webhook configuration is rend
 WEBHOOK_CHART_VALUES: Mapping[str, Any] = {"webhook": {"podSelection": "all"}}
 CONTROLLER_IDENTITY = "local-stack"
 
-# In start order; stopped in reverse.
-COMPONENTS = ("kube-controller-manager", "kube-scheduler", "kwok", "webhook", "kueue", "controller")
+# In start order; stopped in reverse. Volcano's webhooks come first: its controller-manager's Jobs
+# and PodGroups go through them.
+COMPONENTS = ("kube-controller-manager", "kube-scheduler", "kwok", "volcano-webhook", "volcano-controller-manager",
+              "volcano-scheduler", "webhook", "kueue", "controller")
+VOLCANO = ("volcano-webhook", "volcano-controller-manager", "volcano-scheduler")
 # The programs from the binary cache each component needs.
 PROGRAMS: Mapping[str, tuple[str, ...]] = {
     "kube-controller-manager": ("kube-controller-manager",),
     "kube-scheduler": ("kube-scheduler",),
     "kwok": ("kwok",),
+    "volcano-webhook": ("volcano-webhook-manager", "helm"),  # helm renders the chart's registrations
+    "volcano-controller-manager": ("volcano-controller-manager",),
+    "volcano-scheduler": ("volcano-scheduler",),
     "webhook": ("helm",),  # renders the chart's webhook configuration
     "kueue": ("kueue",),
     "controller": (),
@@ -256,15 +262,21 @@ class Stack:
 
     def _prepare_api(self, client: ApiClient, programs: Mapping[str, Any], progress: Callable[[str], None]) -> None:
         _forget_local_webhooks(client)
-        for namespace in (NAMESPACE, KUEUE_NAMESPACE):
+        for namespace in (NAMESPACE, KUEUE_NAMESPACE, volcano.NAMESPACE):
             client.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
+        # A running Kueue or Volcano gets the CRDs of its own build; otherwise the pinned upstream ones.
         kueue_crds = (
             [binaries.module_file("kueue", relative) for relative in binaries.tool("kueue").module_files
              if "/crd/" in relative]
             if "kueue" in programs
             else sources.kueue_crd_files()
         )
-        crds = sources.volcano_crd_files() + kueue_crds + sources.our_crd_files()
+        volcano_crds = (
+            [binaries.module_file("volcano-controller-manager", relative) for relative in binaries.VOLCANO_CRDS]
+            if "volcano-controller-manager" in programs
+            else sources.volcano_crd_files()
+        )
+        crds = volcano_crds + kueue_crds + sources.our_crd_files()
         progress(f"installing {len(crds)} CRDs ...")
         client.install_crds(crds)
         nodes = fake_nodes(self.layout)
@@ -280,6 +292,9 @@ class Stack:
             "kube-controller-manager": self._start_kube_controller_manager,
             "kube-scheduler": self._start_kube_scheduler,
             "kwok": self._start_kwok,
+            "volcano-webhook": self._start_volcano_webhook,
+            "volcano-controller-manager": self._start_volcano_controller_manager,
+            "volcano-scheduler": self._start_volcano_scheduler,
             "webhook": self._start_webhook,
             "kueue": self._start_kueue,
             "controller": self._start_controller,
@@ -315,6 +330,34 @@ class Stack:
         self._spawn("kwok", components.kwok_args(programs["kwok"], kubeconfig=self.kubeconfig_path, stages=config))
         expected = self.layout.nodes
         self._wait("kwok", lambda: _ready_nodes(client) >= expected, what=f"{expected} Ready nodes")
+
+    def _start_volcano_webhook(self, client: ApiClient, programs: Mapping[str, pathlib.Path]) -> None:
+        name = "volcano-webhook"
+        certs = self.directory / name / "certs"
+        port, health = free_ports(2)
+        ca_pem = self._webhook_certs(certs, "volcano-admission-service")
+        self._spawn(name, volcano.webhook_manager_args(programs["volcano-webhook-manager"], kubeconfig=self.kubeconfig_path,
+                                                       port=port, healthz_port=health, cert_dir=certs), port=port)
+        template = binaries.module_file("volcano-webhook-manager", binaries.VOLCANO_WEBHOOKS)
+        kube_version = binaries.version_key("kube-apiserver")[0].lstrip("v")
+        for configuration in volcano.render_webhooks(programs["helm"], template, kube_version=kube_version):
+            client.apply(registrations.point_at_url(configuration, f"https://{LOOPBACK}:{port}", ca_pem))
+        self._wait(name, lambda: _volcano_mutates_queues(client), what="the API server calling Volcano's webhooks")
+
+    def _start_volcano_controller_manager(self, client: ApiClient, programs: Mapping[str, pathlib.Path]) -> None:
+        name = "volcano-controller-manager"
+        health, metrics = free_ports(2)
+        self._spawn(name, volcano.controller_manager_args(programs[name], kubeconfig=self.kubeconfig_path,
+                                                          healthz_port=health, metrics_port=metrics), port=health)
+        self._wait(name, lambda: _http_ok(f"http://{LOOPBACK}:{health}/healthz"))
+
+    def _start_volcano_scheduler(self, client: ApiClient, programs: Mapping[str, pathlib.Path]) -> None:
+        name = "volcano-scheduler"
+        health, metrics = free_ports(2)
+        conf = volcano.scheduler_conf(binaries.module_file(name, binaries.VOLCANO_SCHEDULER_CONF), self.directory / name / "conf")
+        self._spawn(name, volcano.scheduler_args(programs[name], kubeconfig=self.kubeconfig_path, conf=conf, healthz_port=health,
+                                                 metrics_port=metrics, dump_dir=self.directory / name), port=health)
+        self._wait(name, lambda: _http_ok(f"http://{LOOPBACK}:{health}/healthz"))
 
     def _start_webhook(self, client: ApiClient, programs: Mapping[str, pathlib.Path]) -> None:
         name = "webhook"
@@ -460,6 +503,13 @@ def _webhook_mutates_podgroups(client: ApiClient) -> bool:
     created = client.request("POST", "/apis/scheduling.volcano.sh/v1beta1/namespaces/default/podgroups",
                              body=json.dumps(probe).encode(), query={"dryRun": "All"})
     return api.PROFILE in (created.get("metadata", {}).get("annotations") or {})
+
+
+def _volcano_mutates_queues(client: ApiClient) -> bool:
+    """A dry-run Queue comes back ``reclaimable``: Volcano's webhook manager is called."""
+    created = client.request("POST", "/apis/scheduling.volcano.sh/v1beta1/queues",
+                             body=json.dumps(volcano.queue_probe()).encode(), query={"dryRun": "All"})
+    return "reclaimable" in (created.get("spec") or {})
 
 
 def _kueue_suspends_jobs(client: ApiClient) -> bool:
