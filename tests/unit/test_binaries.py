@@ -10,7 +10,7 @@ import stat
 import pytest
 
 from volcano_metronome.core.errors import MetronomeError
-from volcano_metronome.devtools import binaries
+from volcano_metronome.devtools import binaries, recipes
 
 GO_MOD = """\
 // a comment
@@ -97,7 +97,7 @@ def test_missing_binary_names_the_build_command(tools: pathlib.Path, tmp_path: p
 
 def test_unknown_tool_lists_the_known_ones(tools: pathlib.Path, tmp_path: pathlib.Path) -> None:
     with pytest.raises(binaries.UnknownTool, match="known: kube-apiserver, etcd"):
-        binaries.binary_path("kubectl", root=tmp_path, tools=tools)
+        binaries.binary_path("kubeadm", root=tmp_path, tools=tools)
     with pytest.raises(binaries.UnknownTool):
         binaries.build(["etcd", "nope"], root=tmp_path, tools=tools)
 
@@ -212,7 +212,7 @@ def test_scheduler_and_controller_manager_are_e2e_programs_at_the_api_servers_pi
         assert recipe.version_flags == apiserver.version_flags
         assert binaries.version_key(name)[0] == binaries.version_key("kube-apiserver")[0]
     # The normal CI run builds exactly the integration tier.
-    assert binaries.default_names({}) == ("kube-apiserver", "etcd", "helm")
+    assert binaries.default_names({}) == ("kube-apiserver", "etcd", "helm", "kubectl")
 
 
 def test_kueue_carries_its_own_crds_and_webhook_manifests() -> None:
@@ -268,8 +268,8 @@ def test_volcano_builds_in_the_archive_checked_against_its_sha256(
     calls = fake_go.read_text()
     assert "mod download -json volcano.sh/volcano@v1.15.1" in calls
     assert "./cmd/scheduler" in calls and "volcano.sh/volcano/pkg/version.Version=v1.15.1" in calls
-    conf = binaries.module_file("volcano-scheduler", binaries.VOLCANO_SCHEDULER_CONF, root=tmp_path / "cache", tools=tools)
-    assert conf.read_text() == f"# {binaries.VOLCANO_SCHEDULER_CONF}\n"
+    conf = binaries.module_file("volcano-scheduler", recipes.VOLCANO_SCHEDULER_CONF, root=tmp_path / "cache", tools=tools)
+    assert conf.read_text() == f"# {recipes.VOLCANO_SCHEDULER_CONF}\n"
 
 
 def test_volcano_source_error_names_every_source_tried(

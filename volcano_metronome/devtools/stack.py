@@ -35,15 +35,13 @@ import shutil
 import ssl
 import subprocess
 import time
-import urllib.error
-import urllib.request
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Iterable, Mapping
 
 import yaml
 
-from volcano_metronome import api, pki
-from volcano_metronome.devtools import binaries, components, registrations, sources, volcano
+from volcano_metronome import pki
+from volcano_metronome.devtools import binaries, components, probes, recipes, registrations, sources, volcano
 from volcano_metronome.devtools.apply import ApiClient, ApiError
 from volcano_metronome.devtools.controlplane import (
     LOOPBACK,
@@ -56,7 +54,7 @@ from volcano_metronome.devtools.controlplane import (
     terminate,
     wait_ports_free,
 )
-from volcano_metronome.devtools.fabric import Layout, fake_nodes
+from volcano_metronome.devtools.fabric import Layout, fake_nodes, ready_status
 
 NAMESPACE = "volcano-metronome"
 KUEUE_NAMESPACE = "kueue-system"
@@ -261,7 +259,7 @@ class Stack:
         return found
 
     def _prepare_api(self, client: ApiClient, programs: Mapping[str, Any], progress: Callable[[str], None]) -> None:
-        _forget_local_webhooks(client)
+        probes.forget_local_webhooks(client)
         for namespace in (NAMESPACE, KUEUE_NAMESPACE, volcano.NAMESPACE):
             client.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
         # A running Kueue or Volcano gets the CRDs of its own build; otherwise the pinned upstream ones.
@@ -272,7 +270,7 @@ class Stack:
             else sources.kueue_crd_files()
         )
         volcano_crds = (
-            [binaries.module_file("volcano-controller-manager", relative) for relative in binaries.VOLCANO_CRDS]
+            [binaries.module_file("volcano-controller-manager", relative) for relative in recipes.VOLCANO_CRDS]
             if "volcano-controller-manager" in programs
             else sources.volcano_crd_files()
         )
@@ -281,10 +279,17 @@ class Stack:
         client.install_crds(crds)
         nodes = fake_nodes(self.layout)
         progress(f"creating {len(nodes)} fake nodes in {self.layout.racks} racks ...")
+        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         for node in nodes:
             client.apply(node)
             # Status is a subresource: the apply above only keeps labels and annotations.
             client.apply({k: node[k] for k in ("apiVersion", "kind", "metadata", "status")}, subresource="status")
+            if "kwok" not in programs:
+                # Nobody will report these nodes Ready: do it once, and lift the not-ready taint the API
+                # server put on them, as the integration fixtures do (our controller honours taints).
+                client.apply(ready_status(node, now), subresource="status")
+                client.request("PATCH", f"/api/v1/nodes/{node['metadata']['name']}", body=b'{"spec":{"taints":null}}',
+                               content_type="application/merge-patch+json")
 
     # ------------------------------------------------------------------ components
     def _starter(self, name: str) -> Callable[[ApiClient, Mapping[str, pathlib.Path]], None]:
@@ -310,7 +315,7 @@ class Stack:
         )
         self._spawn(name, args, port=port)
         context = ssl.create_default_context(cafile=str(self.plane.ca_path))
-        self._wait(name, lambda: _http_ok(f"https://{LOOPBACK}:{port}/healthz", context))
+        self._wait(name, lambda: probes.http_ok(f"https://{LOOPBACK}:{port}/healthz", context))
 
     def _start_kube_scheduler(self, client: ApiClient, programs: Mapping[str, pathlib.Path]) -> None:
         name = "kube-scheduler"
@@ -319,7 +324,7 @@ class Stack:
         args = components.scheduler_args(programs[name], kubeconfig=self.kubeconfig_path, port=port, cert=cert, key=key)
         self._spawn(name, args, port=port)
         context = ssl.create_default_context(cafile=str(self.plane.ca_path))
-        self._wait(name, lambda: _http_ok(f"https://{LOOPBACK}:{port}/healthz", context))
+        self._wait(name, lambda: probes.http_ok(f"https://{LOOPBACK}:{port}/healthz", context))
 
     def _start_kwok(self, client: ApiClient, programs: Mapping[str, pathlib.Path]) -> None:
         # kwok run on its own reads its Stage objects (how fake nodes and pods move through their
@@ -329,7 +334,7 @@ class Stack:
         config.write_text("\n---\n".join(stage.strip() for stage in stages) + "\n")
         self._spawn("kwok", components.kwok_args(programs["kwok"], kubeconfig=self.kubeconfig_path, stages=config))
         expected = self.layout.nodes
-        self._wait("kwok", lambda: _ready_nodes(client) >= expected, what=f"{expected} Ready nodes")
+        self._wait("kwok", lambda: probes.ready_nodes(client) >= expected, what=f"{expected} Ready nodes")
 
     def _start_volcano_webhook(self, client: ApiClient, programs: Mapping[str, pathlib.Path]) -> None:
         name = "volcano-webhook"
@@ -338,26 +343,26 @@ class Stack:
         ca_pem = self._webhook_certs(certs, "volcano-admission-service")
         self._spawn(name, volcano.webhook_manager_args(programs["volcano-webhook-manager"], kubeconfig=self.kubeconfig_path,
                                                        port=port, healthz_port=health, cert_dir=certs), port=port)
-        template = binaries.module_file("volcano-webhook-manager", binaries.VOLCANO_WEBHOOKS)
+        template = binaries.module_file("volcano-webhook-manager", recipes.VOLCANO_WEBHOOKS)
         kube_version = binaries.version_key("kube-apiserver")[0].lstrip("v")
         for configuration in volcano.render_webhooks(programs["helm"], template, kube_version=kube_version):
             client.apply(registrations.point_at_url(configuration, f"https://{LOOPBACK}:{port}", ca_pem))
-        self._wait(name, lambda: _volcano_mutates_queues(client), what="the API server calling Volcano's webhooks")
+        self._wait(name, lambda: probes.volcano_mutates_queues(client), what="the API server calling Volcano's webhooks")
 
     def _start_volcano_controller_manager(self, client: ApiClient, programs: Mapping[str, pathlib.Path]) -> None:
         name = "volcano-controller-manager"
         health, metrics = free_ports(2)
         self._spawn(name, volcano.controller_manager_args(programs[name], kubeconfig=self.kubeconfig_path,
                                                           healthz_port=health, metrics_port=metrics), port=health)
-        self._wait(name, lambda: _http_ok(f"http://{LOOPBACK}:{health}/healthz"))
+        self._wait(name, lambda: probes.http_ok(f"http://{LOOPBACK}:{health}/healthz"))
 
     def _start_volcano_scheduler(self, client: ApiClient, programs: Mapping[str, pathlib.Path]) -> None:
         name = "volcano-scheduler"
         health, metrics = free_ports(2)
-        conf = volcano.scheduler_conf(binaries.module_file(name, binaries.VOLCANO_SCHEDULER_CONF), self.directory / name / "conf")
+        conf = volcano.scheduler_conf(binaries.module_file(name, recipes.VOLCANO_SCHEDULER_CONF), self.directory / name / "conf")
         self._spawn(name, volcano.scheduler_args(programs[name], kubeconfig=self.kubeconfig_path, conf=conf, healthz_port=health,
                                                  metrics_port=metrics, dump_dir=self.directory / name), port=health)
-        self._wait(name, lambda: _http_ok(f"http://{LOOPBACK}:{health}/healthz"))
+        self._wait(name, lambda: probes.http_ok(f"http://{LOOPBACK}:{health}/healthz"))
 
     def _start_webhook(self, client: ApiClient, programs: Mapping[str, pathlib.Path]) -> None:
         name = "webhook"
@@ -369,13 +374,13 @@ class Stack:
         )
         self._spawn(name, args, port=port, env=components.python_env(sources.repo_root()))
         context = ssl.create_default_context(cafile=str(work / "certs" / "ca.crt"))
-        self._wait(name, lambda: _http_ok(f"https://{LOOPBACK}:{port}/readyz", context))
+        self._wait(name, lambda: probes.http_ok(f"https://{LOOPBACK}:{port}/readyz", context))
         configuration = registrations.render_chart_webhooks(
             programs["helm"], sources.chart_dir(), release=RELEASE, namespace=NAMESPACE,
             values=WEBHOOK_CHART_VALUES, kube_version=binaries.version_key("kube-apiserver")[0].lstrip("v"),
         )
         client.apply(registrations.point_at_url(configuration, f"https://{LOOPBACK}:{port}", ca_pem))
-        self._wait(name, lambda: _webhook_mutates_podgroups(client), what="the API server calling the webhook")
+        self._wait(name, lambda: probes.webhook_mutates_podgroups(client), what="the API server calling the webhook")
 
     def _start_kueue(self, client: ApiClient, programs: Mapping[str, pathlib.Path]) -> None:
         name = "kueue"
@@ -395,12 +400,12 @@ class Stack:
         )
         self._spawn(name, argv, port=health, env={**os.environ, **extra})
         # /readyz includes Kueue's own check that its webhook server is serving.
-        self._wait(name, lambda: _http_ok(f"http://{LOOPBACK}:{health}/readyz"))
+        self._wait(name, lambda: probes.http_ok(f"http://{LOOPBACK}:{health}/readyz"))
         manifests, kustomization = (binaries.module_file("kueue", relative) for relative in binaries.tool("kueue").module_files
                                     if "/webhook/" in relative)
         for configuration in registrations.kueue_webhooks(manifests, kustomization):
             client.apply(registrations.point_at_url(configuration, f"https://{LOOPBACK}:{webhook}", ca_pem))
-        self._wait(name, lambda: _kueue_suspends_jobs(client), what="the API server calling Kueue's webhooks")
+        self._wait(name, lambda: probes.kueue_suspends_jobs(client), what="the API server calling Kueue's webhooks")
 
     def _start_controller(self, client: ApiClient, programs: Mapping[str, pathlib.Path]) -> None:
         name = "controller"
@@ -410,7 +415,7 @@ class Stack:
         config.write_text(yaml.safe_dump(settings))
         args = components.controller_args(kubeconfig=self.kubeconfig_path, config=config, identity=CONTROLLER_IDENTITY)
         self._spawn(name, args, port=port, env=components.python_env(sources.repo_root()))
-        self._wait(name, lambda: _http_ok(f"http://{LOOPBACK}:{port}/readyz"))
+        self._wait(name, lambda: probes.http_ok(f"http://{LOOPBACK}:{port}/readyz"))
 
     # ------------------------------------------------------------------ helpers
     def _serving_cert(self, name: str) -> tuple[pathlib.Path, pathlib.Path]:
@@ -460,68 +465,3 @@ class Stack:
             "processes": {name: {"record": asdict(p.record), "port": p.port} for name, p in self._processes.items()},
         }
         (self.directory / _STATE_FILE).write_text(json.dumps(state, indent=2) + "\n")
-
-
-def _forget_local_webhooks(client: ApiClient) -> None:
-    """Delete webhook configurations a previous start registered (they call loopback URLs).
-
-    A restarted stack reuses its etcd data; until each webhook server is up again, its old
-    registration (failure policy Fail, a port nobody listens on any more) would refuse requests.
-    """
-    for kind in ("mutatingwebhookconfigurations", "validatingwebhookconfigurations"):
-        path = f"/apis/admissionregistration.k8s.io/v1/{kind}"
-        for configuration in client.request("GET", path).get("items", []):
-            urls = [str((w.get("clientConfig") or {}).get("url", "")) for w in configuration.get("webhooks") or []]
-            if urls and all(url.startswith(f"https://{LOOPBACK}:") for url in urls):
-                client.request("DELETE", f"{path}/{configuration['metadata']['name']}")
-
-
-def _http_ok(url: str, context: ssl.SSLContext | None = None) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=2.0, context=context) as response:
-            return int(response.status) == 200
-    except (OSError, urllib.error.HTTPError):
-        return False
-
-
-def _ready_nodes(client: ApiClient) -> int:
-    nodes = client.request("GET", "/api/v1/nodes").get("items", [])
-    return sum(
-        1 for node in nodes
-        if any(c.get("type") == "Ready" and c.get("status") == "True" for c in (node.get("status") or {}).get("conditions") or [])
-    )
-
-
-def _webhook_mutates_podgroups(client: ApiClient) -> bool:
-    """A dry-run PodGroup with a catalog model comes back with a resolved profile: our webhook is called."""
-    probe = {
-        "apiVersion": "scheduling.volcano.sh/v1beta1",
-        "kind": "PodGroup",
-        "metadata": {"name": "metronome-probe", "annotations": {api.MODEL: "resnet50"}},
-        "spec": {"minMember": 1},
-    }
-    created = client.request("POST", "/apis/scheduling.volcano.sh/v1beta1/namespaces/default/podgroups",
-                             body=json.dumps(probe).encode(), query={"dryRun": "All"})
-    return api.PROFILE in (created.get("metadata", {}).get("annotations") or {})
-
-
-def _volcano_mutates_queues(client: ApiClient) -> bool:
-    """A dry-run Queue comes back ``reclaimable``: Volcano's webhook manager is called."""
-    created = client.request("POST", "/apis/scheduling.volcano.sh/v1beta1/queues",
-                             body=json.dumps(volcano.queue_probe()).encode(), query={"dryRun": "All"})
-    return "reclaimable" in (created.get("spec") or {})
-
-
-def _kueue_suspends_jobs(client: ApiClient) -> bool:
-    """A dry-run batch Job labelled for a Kueue queue comes back suspended: Kueue's webhook is called."""
-    probe = {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {"name": "metronome-probe", "labels": {api.KUEUE_QUEUE_NAME: "metronome-probe"}},
-        "spec": {
-            "template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "busybox"}]}},
-        },
-    }
-    created = client.request("POST", "/apis/batch/v1/namespaces/default/jobs",
-                             body=json.dumps(probe).encode(), query={"dryRun": "All"})
-    return bool(created.get("spec", {}).get("suspend"))

@@ -1,0 +1,171 @@
+"""Real Volcano in the loop: its webhook manager, controller-manager and scheduler (v1.15.1, the chart's
+default scheduler configuration), with our webhook and controller, on kwok GPU nodes in racks.
+
+The upstream examples are those of the pinned Volcano, adapted as tests/e2e/manifests.py says (a profile
+annotation, GPUs). Volcano's controller-manager makes the PodGroup and the pods of each Job; our
+webhook annotates the PodGroup and gates the pods; our controller chooses the node set and the slot and
+lifts the gate; the Volcano scheduler binds every pod, and must bind each where our controller pinned it.
+"""
+
+from __future__ import annotations
+
+import pathlib
+import time
+from typing import Any, Callable
+
+import pytest
+
+from tests.controller.cluster import wait_until
+from tests.e2e import manifests
+from tests.e2e.checks import assert_bound_as_decided, bound, created_gated, decided, held_claims, running
+from tests.e2e.history import History
+from volcano_metronome import api, kube
+from volcano_metronome.controller import objects
+from volcano_metronome.devtools import volcano
+from volcano_metronome.devtools.stack import Stack
+
+MODEL = {api.MODEL: "resnet50"}
+# The examples whose Jobs request resources (mpi-example and tf-dist-mnist request none).
+EXAMPLES = ("job.yaml", "job-plugin.yaml")
+TIMEOUT = 120.0
+
+
+def _logs(stack: Stack) -> Callable[[], str]:
+    return lambda: "\n".join(stack.logs(name, 25) for name in
+                             ("controller", "volcano-scheduler", "volcano-controller-manager", "webhook"))
+
+
+def podgroup_of(k: kube.Kube, namespace: str, job: str) -> dict[str, Any] | None:
+    """The PodGroup vc-controller-manager made for Volcano Job ``job`` (it owns it)."""
+    for group in k.list(kube.PODGROUPS, namespace)["items"]:
+        if any(ref.get("kind") == "Job" and ref.get("name") == job for ref in group["metadata"].get("ownerReferences") or []):
+            return dict(group)
+    return None
+
+
+def pods_of(k: kube.Kube, namespace: str, job: str) -> list[dict[str, Any]]:
+    """The pods of Volcano Job ``job``."""
+    return list(k.list(kube.PODS, namespace, label_selector=f"{manifests.VOLCANO_JOB_NAME}={job}")["items"])
+
+
+def claim_of(k: kube.Kube, namespace: str, group: dict[str, Any]) -> dict[str, Any] | None:
+    """Our claim for a Volcano PodGroup."""
+    return k.get(kube.CLAIMS, namespace, f"podgroup-{objects.name(group)}")
+
+
+def run_to_completion_of_placement(stack: Stack, k: kube.Kube, namespace: str, job: dict[str, Any],
+                                   pods: History) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Create ``job``; wait until Volcano has bound all its pods where our claim says; (PodGroup, claim)."""
+    logs = _logs(stack)
+    name = job["metadata"]["name"]
+    created = k.create(kube.VOLCANO_JOBS, job, namespace)
+    # Ours: the profile resolved on the Job. Volcano's: every task's minAvailable defaulted by /jobs/mutate.
+    assert api.PROFILE in objects.annotations_of(created), f"{name}: our webhook did not annotate the Job"
+    assert all("minAvailable" in task for task in created["spec"]["tasks"]), f"{name}: Volcano's webhook did not run"
+    group = wait_until(lambda: podgroup_of(k, namespace, name), TIMEOUT, lambda: f"the PodGroup of {name}\n{logs()}")
+    annotations = objects.annotations_of(group)
+    assert api.PROFILE in annotations and api.GANG_SIZE in annotations, f"{objects.name(group)}: {annotations}"
+    size = sum(int(task["replicas"]) for task in job["spec"]["tasks"])
+    wait_until(lambda: len(pods_of(k, namespace, name)) == size and bound(pods_of(k, namespace, name))
+               and running(pods_of(k, namespace, name)), TIMEOUT,
+               lambda: f"the {size} pods of {name} bound by Volcano and running\n{logs()}")
+    claim = claim_of(k, namespace, group)
+    assert claim is not None and decided(claim)
+    members = pods_of(k, namespace, name)
+    assert_bound_as_decided(members, claim)
+    for pod in members:
+        assert pod["spec"]["schedulerName"] == volcano.SCHEDULER_NAME
+        assert created_gated(pods.versions(objects.name(pod))[0]), f"{objects.name(pod)} was not created gated"
+    group = wait_until(lambda: (g := podgroup_of(k, namespace, name)) and (g.get("status") or {}).get("phase") == "Running" and g,
+                       TIMEOUT, lambda: f"the PodGroup of {name} Running\n{logs()}")
+    return group, claim
+
+
+@pytest.mark.parametrize("example", EXAMPLES)
+def test_upstream_example_runs_on_real_volcano_where_our_controller_placed_it(
+        stack: Stack, k: kube.Kube, upstream: pathlib.Path, namespace: str, history: Callable[..., History],
+        example: str) -> None:
+    pods = history(kube.PODS, namespace)
+    for job in manifests.volcano_jobs(upstream, example, namespace=namespace, gpus_per_pod=8, annotations=MODEL):
+        run_to_completion_of_placement(stack, k, namespace, job, pods)
+        k.delete(kube.VOLCANO_JOBS, namespace, job["metadata"]["name"])
+
+
+def test_gang_waits_whole_then_binds_whole_and_a_deleted_job_releases_its_claim(
+        stack: Stack, k: kube.Kube, upstream: pathlib.Path, namespace: str, history: Callable[..., History]) -> None:
+    logs = _logs(stack)
+    pods = history(kube.PODS, namespace)
+    nodes = manifests.LAYOUT.nodes
+    (big,) = manifests.volcano_jobs(upstream, "job-plugin.yaml", namespace=namespace, gpus_per_pod=8, annotations=MODEL,
+                                    name="big")
+    big["spec"]["minAvailable"] = big["spec"]["tasks"][0]["replicas"] = nodes - 2
+    big_group, big_claim = run_to_completion_of_placement(stack, k, namespace, big, pods)
+
+    (waiting,) = manifests.volcano_jobs(upstream, "job-plugin.yaml", namespace=namespace, gpus_per_pod=8,
+                                        annotations=MODEL, name="waiting")
+    waiting["spec"]["minAvailable"] = waiting["spec"]["tasks"][0]["replicas"] = 4  # 2 nodes free: does not fit
+    k.create(kube.VOLCANO_JOBS, waiting, namespace)
+    wait_until(lambda: len(pods_of(k, namespace, "waiting")) == 4, TIMEOUT, lambda: f"the 4 pods of waiting\n{logs()}")
+    deadline = time.monotonic() + 15  # Volcano schedules every second: fifteen chances to bind a part
+    while time.monotonic() < deadline:
+        assert not any(p["spec"].get("nodeName") for p in pods_of(k, namespace, "waiting")), "a part of the gang was bound"
+        time.sleep(0.5)
+    assert all(objects.gated_by_us(p) for p in pods_of(k, namespace, "waiting"))
+
+    k.delete(kube.VOLCANO_JOBS, namespace, "big")  # mid-flight: its pods run
+    wait_until(lambda: f"{namespace}/{objects.name(big_claim)}" not in held_claims(k), TIMEOUT,
+               lambda: f"the claim of the deleted Job released\n{logs()}")
+    wait_until(lambda: bound(pods_of(k, namespace, "waiting")) and running(pods_of(k, namespace, "waiting")), TIMEOUT,
+               lambda: f"the waiting gang bound whole once room appeared\n{logs()}")
+    group = podgroup_of(k, namespace, "waiting")
+    assert group is not None
+    claim = claim_of(k, namespace, group)
+    assert claim is not None
+    assert_bound_as_decided(pods_of(k, namespace, "waiting"), claim)
+    assert objects.name(big_group) not in {objects.name(g) for g in k.list(kube.PODGROUPS, namespace)["items"]}
+
+
+def test_higher_priority_gang_is_placed_first_across_two_volcano_queues(
+        stack: Stack, k: kube.Kube, upstream: pathlib.Path, namespace: str, history: Callable[..., History]) -> None:
+    logs = _logs(stack)
+    pods = history(kube.PODS, namespace)
+    suffix = namespace.rsplit("-", 1)[-1]
+    queues = [f"research-{suffix}", f"research-low-{suffix}"]
+    for queue in queues:
+        k.create(kube.VOLCANO_QUEUES, {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "Queue",
+                                       "metadata": {"name": queue}, "spec": {"weight": 1}})
+    policy: dict[str, Any] = {"apiVersion": f"{api.GROUP}/{api.VERSION}", "kind": "QueuePolicy", "metadata": {"name": f"research-{suffix}"},
+              "spec": {"volcanoQueues": queues, "ordering": "StrictPriority"}}
+    k.create(kube.QUEUE_POLICIES, policy)
+    classes = {}
+    for level, value in (("low", 10), ("high", 1000)):
+        classes[level] = f"{suffix}-{level}"
+        k.create(kube.PRIORITY_CLASSES, {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+                                         "metadata": {"name": classes[level]}, "value": value})
+    try:
+        nodes = manifests.LAYOUT.nodes
+        (blocker,) = manifests.volcano_jobs(upstream, "job-plugin.yaml", namespace=namespace, gpus_per_pod=8,
+                                            annotations=MODEL, name="blocker", queue=queues[1])
+        blocker["spec"]["minAvailable"] = blocker["spec"]["tasks"][0]["replicas"] = nodes - 2
+        run_to_completion_of_placement(stack, k, namespace, blocker, pods)
+        # Both want 5 of the 8 nodes: only one fits once the blocker leaves. The low one comes first.
+        for level, queue in (("low", queues[1]), ("high", queues[0])):
+            (job,) = manifests.volcano_jobs(upstream, "job-plugin.yaml", namespace=namespace, gpus_per_pod=8,
+                                            annotations=MODEL, name=level, queue=queue, priority_class=classes[level])
+            job["spec"]["minAvailable"] = job["spec"]["tasks"][0]["replicas"] = 5
+            k.create(kube.VOLCANO_JOBS, job, namespace)
+            wait_until(lambda: len(pods_of(k, namespace, level)) == 5, TIMEOUT, lambda: f"the pods of {level}\n{logs()}")
+        k.delete(kube.VOLCANO_JOBS, namespace, "blocker")
+        wait_until(lambda: bound(pods_of(k, namespace, "high")) and running(pods_of(k, namespace, "high")), TIMEOUT,
+                   lambda: f"the high-priority gang bound first\n{logs()}")
+        assert not any(p["spec"].get("nodeName") for p in pods_of(k, namespace, "low"))
+        assert all(objects.gated_by_us(p) for p in pods_of(k, namespace, "low"))
+    finally:
+        for level in ("low", "high", "blocker"):
+            k.delete(kube.VOLCANO_JOBS, namespace, level)
+        wait_until(lambda: not k.list(kube.PODS, namespace)["items"], TIMEOUT, "the pods of the test deleted")
+        k.delete(kube.QUEUE_POLICIES, None, policy["metadata"]["name"])
+        for name in classes.values():
+            k.delete(kube.PRIORITY_CLASSES, None, name)
+        for queue in queues:
+            k.delete(kube.VOLCANO_QUEUES, None, queue)
