@@ -1,5 +1,8 @@
 """Suite-wide rules.
 
+- The upstream test data (CRDs and examples of the pinned Volcano, Kueue and scheduler-plugins) must be
+  there before anything is collected; otherwise one message says what is missing and where it was looked for.
+
 - In CI a skipped test is a failure (nothing counts as passed that did not run).
 - Tests marked ``e2e`` (every test under ``tests/e2e/``, and any other test carrying the marker) need
   programs the normal CI run does not build. They run with ``METRONOME_E2E=1``, and without it when every
@@ -16,6 +19,18 @@ import pathlib
 import pytest
 
 _E2E_DIR = pathlib.Path(__file__).resolve().parent / "e2e"
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """The upstream CRDs and examples the tests read, at the pinned versions: gathered (or found in the
+    cache) once, before collection; without them the run stops here with one message naming what is missing."""
+    from volcano_metronome.core.errors import MetronomeError
+    from volcano_metronome.devtools import sources
+
+    try:
+        sources.upstream_dir()
+    except MetronomeError as exc:
+        pytest.exit(f"cannot run the tests: {exc}", returncode=pytest.ExitCode.USAGE_ERROR)
 
 
 def _e2e_missing() -> list[str]:
