@@ -145,8 +145,8 @@ def gather(
         shutil.rmtree(scratch, ignore_errors=True)
         raise UpstreamDataMissing(
             "upstream test data missing: " + "; ".join(missing)
-            + f". Run where the Go module proxy serves {', '.join(sorted({m for m, _ in pins(tools).values()}))}, "
-            f"or set {OVERRIDE_VARIABLE} to a directory laid out like shared/upstream (crds/, examples/)")
+            + f". Provide these parts in a directory laid out like shared/upstream (crds/<project>/, "
+            f"examples/<project>/), beside the checkout as ../shared/upstream or named by {OVERRIDE_VARIABLE}")
     (scratch / _COMPLETE).write_text(json.dumps(provenance, indent=1, sort_keys=True) + "\n")
     shutil.rmtree(target, ignore_errors=True)
     os.replace(scratch, target)
