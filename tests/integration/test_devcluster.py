@@ -33,7 +33,7 @@ def cluster_dir(tmp_path: pathlib.Path, control_plane_binaries: dict[str, pathli
 
 
 def test_up_status_down(cluster_dir: pathlib.Path) -> None:
-    layout = fabric.Layout(racks=2, nodes_per_rack=2, gpus_per_node=4)
+    layout = fabric.Layout(racks=2, nodes_per_rack=2, gpus_per_node=8)  # the sample asks 8 GPUs per pod
     status = devcluster.up(layout=layout, directory=cluster_dir)
     assert status.running and status.ready
     assert {"etcd", "kube-apiserver", "webhook", "controller"} <= set(status.processes)
@@ -44,7 +44,7 @@ def test_up_status_down(cluster_dir: pathlib.Path) -> None:
     try:
         nodes = k8s.CoreV1Api(api_client).list_node().items
         assert sorted(n.metadata.labels[fabric.RACK_LABEL] for n in nodes) == ["rack-0", "rack-0", "rack-1", "rack-1"]
-        assert all(n.status.allocatable[fabric.GPU_RESOURCE] == "4" for n in nodes)
+        assert all(n.status.allocatable[fabric.GPU_RESOURCE] == "8" for n in nodes)
         crds = {c.metadata.name for c in k8s.ApiextensionsV1Api(api_client).list_custom_resource_definition().items}
         assert {"jobs.batch.volcano.sh", "workloads.kueue.x-k8s.io", "stbandwidthclaims.metronome.dev"} <= crds
     finally:
