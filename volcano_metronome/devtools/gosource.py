@@ -25,7 +25,7 @@ from volcano_metronome.core.errors import MetronomeError
 
 PIN_FILE = "source.json"
 ARCHIVE_VARIABLE = "METRONOME_VOLCANO_SRC"
-_COMPLETE = ".metronome-complete"
+_COMPLETE = ".metronome-complete-2"  # -2: module trees completed with their nested modules
 
 
 class SourceUnavailable(MetronomeError):
@@ -90,10 +90,17 @@ def source_dir(
         return target / "src"
     tried: list[str] = []
     module_dir = _from_proxy(pin, env, tried)
-    if module_dir is not None:
+    nested = _nested_modules(module_dir, env, tried) if module_dir is not None else None
+    if module_dir is not None and nested is not None:
         if progress:
             progress(f"copying {pin.module}@{pin.version} from the module cache into {target} ...")
-        return _install(target, lambda destination: shutil.copytree(module_dir, destination), f"module {pin.module}@{pin.version}")
+
+        def fill(destination: pathlib.Path) -> None:
+            shutil.copytree(module_dir, destination)
+            for relative, directory in nested.items():
+                shutil.copytree(directory, destination / relative)
+
+        return _install(target, fill, f"module {pin.module}@{pin.version}")
     archive = _find_archive(pin, env, checkout, tried)
     if archive is None:
         raise SourceUnavailable(
@@ -125,6 +132,57 @@ def module_tree(module: str, version: str, environ: dict[str, str] | None = None
     tried: list[str] = []
     found = _from_proxy(Pin(module, version, "", "", "", ""), dict(os.environ if environ is None else environ), tried)
     return found, "; ".join(tried)
+
+
+def _nested_modules(module_dir: pathlib.Path, env: dict[str, str], tried: list[str]) -> dict[str, pathlib.Path] | None:
+    """The trees of the modules ``module_dir``'s go.mod replaces by a directory of its own that its module zip
+    leaves out (Volcano: ``volcano.sh/apis => ./staging/src/volcano.sh/apis``), each at the version it
+    requires; None (and why, in ``tried``) when one cannot be had."""
+    go_mod = (module_dir / "go.mod").read_text()
+    found: dict[str, pathlib.Path] = {}
+    for path, relative in local_replacements(go_mod).items():
+        if (module_dir / relative).is_dir():
+            continue
+        version = required_version(go_mod, path)
+        tree = _from_proxy(Pin(path, version or "", "", "", "", ""), env, tried) if version else None
+        if tree is None:
+            tried.append(f"{path}@{version}, which {module_dir.name} replaces by ./{relative} (not in its module zip), "
+                         f"is not available either")
+            return None
+        found[relative] = tree
+    return found
+
+
+def local_replacements(go_mod: str) -> dict[str, str]:
+    """``module path -> relative directory`` of every ``replace X => ./dir`` in ``go_mod``."""
+    found: dict[str, str] = {}
+    in_block = False
+    for raw in go_mod.splitlines():
+        line = raw.split("//", 1)[0].strip()
+        if line.startswith("replace ("):
+            in_block = True
+            continue
+        if in_block and line == ")":
+            in_block = False
+            continue
+        if not (in_block or line.startswith("replace ")):
+            continue
+        left, _, right = line.removeprefix("replace ").partition("=>")
+        target = right.split()
+        if target and target[0].startswith(("./", "../")) and left.split():
+            found[left.split()[0]] = target[0].removeprefix("./")
+    return found
+
+
+def required_version(go_mod: str, module: str) -> str | None:
+    """The version ``go_mod`` requires of ``module`` (None when it does not)."""
+    for raw in go_mod.splitlines():
+        fields = raw.split("//", 1)[0].split()
+        if fields[:1] == ["require"]:
+            fields = fields[1:]
+        if len(fields) == 2 and fields[0] == module and fields[1].startswith("v"):
+            return fields[1]
+    return None
 
 
 def _from_proxy(pin: Pin, env: dict[str, str], tried: list[str]) -> pathlib.Path | None:
