@@ -14,6 +14,7 @@ import time
 from typing import Any, Callable
 
 import pytest
+import yaml
 
 from tests.controller.cluster import wait_until
 from tests.e2e import manifests
@@ -169,3 +170,35 @@ def test_higher_priority_gang_is_placed_first_across_two_volcano_queues(
             k.delete(kube.PRIORITY_CLASSES, None, name)
         for queue in queues:
             k.delete(kube.VOLCANO_QUEUES, None, queue)
+
+
+def _scheduler_conf(stack: Stack) -> pathlib.Path:
+    return stack.directory / "volcano-scheduler" / "conf" / "volcano-scheduler.conf"
+
+
+def _reloaded(stack: Stack, before: int) -> bool:
+    return stack.log_path("volcano-scheduler").read_text(errors="replace").count("Finished loading scheduler config") > before
+
+
+def test_with_volcanos_predicate_error_cache_off_an_example_runs(
+        stack: Stack, k: kube.Kube, upstream: pathlib.Path, namespace: str, history: Callable[..., History]) -> None:
+    """The default configuration with one allocate argument changed, ``predicateErrorCacheEnable: false``:
+    Volcano then predicates each pod on its own instead of reusing the failures of the first pod of its
+    task role (whose node affinity pins it elsewhere). The scheduler reloads the file on change."""
+    conf = _scheduler_conf(stack)
+    default = conf.read_text()
+    changed = yaml.safe_load(default)
+    changed["configurations"] = [{"name": "allocate", "arguments": {"predicateErrorCacheEnable": False}}]
+    log = stack.log_path("volcano-scheduler")
+    loads = log.read_text(errors="replace").count("Finished loading scheduler config")
+    conf.write_text(yaml.safe_dump(changed, sort_keys=False))
+    try:
+        wait_until(lambda: _reloaded(stack, loads), 30, "the Volcano scheduler reloading its configuration")
+        pods = history(kube.PODS, namespace)
+        (job,) = manifests.volcano_jobs(upstream, "job-plugin.yaml", namespace=namespace, gpus_per_pod=8, annotations=MODEL)
+        run_to_completion_of_placement(stack, k, namespace, job, pods)
+        k.delete(kube.VOLCANO_JOBS, namespace, job["metadata"]["name"])
+    finally:
+        loads = log.read_text(errors="replace").count("Finished loading scheduler config")
+        conf.write_text(default)
+        wait_until(lambda: _reloaded(stack, loads), 30, "the Volcano scheduler reloading its default configuration")

@@ -284,10 +284,12 @@ class Stack:
             client.apply(node)
             # Status is a subresource: the apply above only keeps labels and annotations.
             client.apply({k: node[k] for k in ("apiVersion", "kind", "metadata", "status")}, subresource="status")
+            # Without kwok nobody reports these nodes Ready: do it once. Without kube-controller-manager's
+            # node-lifecycle controller nobody lifts the not-ready taint the API server put on them: lift it,
+            # as the integration fixtures do (our controller and the schedulers honour taints).
             if "kwok" not in programs:
-                # Nobody will report these nodes Ready: do it once, and lift the not-ready taint the API
-                # server put on them, as the integration fixtures do (our controller honours taints).
                 client.apply(ready_status(node, now), subresource="status")
+            if "kube-controller-manager" not in programs:
                 client.request("PATCH", f"/api/v1/nodes/{node['metadata']['name']}", body=b'{"spec":{"taints":null}}',
                                content_type="application/merge-patch+json")
 
@@ -329,9 +331,10 @@ class Stack:
     def _start_kwok(self, client: ApiClient, programs: Mapping[str, pathlib.Path]) -> None:
         # kwok run on its own reads its Stage objects (how fake nodes and pods move through their
         # lifecycle) from --config; the build copied upstream's default stages beside the binary.
-        stages = [binaries.module_file("kwok", relative).read_text() for relative in binaries.tool("kwok").module_files]
+        stages = [components.kwok_stage(binaries.module_file("kwok", relative).read_text())
+                  for relative in binaries.tool("kwok").module_files]
         config = self.directory / "kwok-stages.yaml"
-        config.write_text("\n---\n".join(stage.strip() for stage in stages) + "\n")
+        config.write_text("---\n".join(yaml.safe_dump(stage, sort_keys=False) for stage in stages))
         self._spawn("kwok", components.kwok_args(programs["kwok"], kubeconfig=self.kubeconfig_path, stages=config))
         expected = self.layout.nodes
         self._wait("kwok", lambda: probes.ready_nodes(client) >= expected, what=f"{expected} Ready nodes")
