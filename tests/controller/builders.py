@@ -105,3 +105,20 @@ def cluster_queue(name: str = "cq", check: str = "metronome") -> JSON:
 
 def queue_policy(name: str, **spec: Any) -> JSON:
     return {"apiVersion": "metronome.dev/v1alpha1", "kind": "QueuePolicy", "metadata": {"name": name}, "spec": spec}
+
+
+def volcano_task_pods(namespace: str, job: str, tasks: list[tuple[str, int, int]], *,
+                      scheduler: str = "volcano") -> list[JSON]:
+    """Pods as Volcano's job controller makes them for a Job with ``tasks`` = [(name, replicas, gpus)]: named
+    ``<job>-<task>-<i>``, with ``volcano.sh/task-spec`` and ``task-index`` (annotation and label), in PodGroup ``job``."""
+    size = sum(replicas for _, replicas, _ in tasks)
+    out = []
+    for task, replicas, gpus in tasks:
+        for i in range(replicas):
+            p = pod(namespace, f"{job}-{task}-{i}", job, gpus=gpus, size=size)
+            volcano = {"volcano.sh/task-spec": task, "volcano.sh/task-index": str(i), "volcano.sh/job-name": job}
+            p["metadata"]["annotations"].update(volcano)
+            p["metadata"]["labels"].update(volcano)
+            p["spec"]["schedulerName"] = scheduler
+            out.append(p)
+    return out

@@ -161,7 +161,8 @@ class Cluster:
         return bool(pods) and all(not objects.gated_by_us(p) for p in pods)
 
     def check_consistent(self, namespace: str) -> dict[str, JSON]:
-        """Every placed gang: one claim; its pods pinned inside the claim's nodes, members per node respected."""
+        """Every placed gang: one claim; its pods pinned inside the claim's nodes (one node each, or a Volcano
+        task role's node set), members per node respected."""
         claims = self.claims(namespace)
         by_gang: dict[str, list[JSON]] = {}
         for p in self.pods(namespace):
@@ -170,7 +171,7 @@ class Cluster:
         assert len(refs) == len(set(refs)), f"a gang has two claims: {sorted(refs)}"
         for gang, pods in by_gang.items():
             claim = claims.get(f"podgroup-{gang}")
-            pinned = [objects.pinned_node(p) for p in pods if not objects.gated_by_us(p)]
+            pinned = [objects.pinned_nodes(p) for p in pods if not objects.gated_by_us(p)]
             if not pinned:
                 continue
             assert claim is not None, f"gang {gang} has ungated pods but no claim"
@@ -178,9 +179,11 @@ class Cluster:
                 continue  # finished: its links are free again
             status = claim["status"]
             slots = dict(zip(status["nodes"], status["members"]))
-            for node in pinned:
-                assert node in slots, f"gang {gang}: a pod pinned to {node}, outside its claim {slots}"
-                slots[node] -= 1
+            assert len(pinned) <= sum(slots.values()), f"gang {gang}: more pods ungated than members"
+            for nodes in pinned:  # one node per pod, or a Volcano task role's node set
+                assert nodes and set(nodes) <= set(slots), f"gang {gang}: a pod pinned to {nodes}, outside {slots}"
+                if len(nodes) == 1:
+                    slots[nodes[0]] -= 1
             assert min(slots.values()) >= 0, f"gang {gang}: more pods than members on a node"
             for p in pods:
                 if not objects.gated_by_us(p):

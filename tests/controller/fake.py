@@ -232,3 +232,14 @@ def _validate_pod_update(old: JSON, new: JSON) -> None:
         raise Invalid("pods: spec.affinity may only change while the pod is gated", 422, "Invalid")
     if old["spec"].get("nodeName") != new["spec"].get("nodeName") and old["spec"].get("nodeName"):
         raise Invalid("pods: spec.nodeName is immutable", 422, "Invalid")
+    terms = (((new["spec"].get("affinity") or {}).get("nodeAffinity") or {})
+             .get("requiredDuringSchedulingIgnoredDuringExecution") or {}).get("nodeSelectorTerms") or []
+    old_terms = (((old["spec"].get("affinity") or {}).get("nodeAffinity") or {})
+                 .get("requiredDuringSchedulingIgnoredDuringExecution") or {}).get("nodeSelectorTerms") or []
+    for term in terms:
+        for field in term.get("matchFields") or []:
+            if field.get("operator") in ("In", "NotIn") and len(field.get("values") or []) != 1:
+                raise Invalid("pods: matchFields values: must be only one value when `operator` is 'In' or 'NotIn' "
+                              "for node field selector", 422, "Invalid")
+    if old_terms and len(terms) != len(old_terms):
+        raise Invalid("pods: a gated pod's node selector terms may only gain requirements", 422, "Invalid")

@@ -6,7 +6,7 @@ import datetime
 import json
 import math
 import re
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping, Sequence
 
 from volcano_metronome import api
 from volcano_metronome.core.errors import InvalidInput
@@ -14,6 +14,7 @@ from volcano_metronome.core.profile import Profile
 
 JSON = dict[str, Any]
 NODE_NAME_FIELD = "metadata.name"
+HOSTNAME_LABEL = "kubernetes.io/hostname"
 TERMINAL_PHASES = ("Succeeded", "Failed")
 
 
@@ -179,42 +180,93 @@ def gated_by_us(pod: Mapping[str, Any]) -> bool:
     return api.SCHEDULING_GATE in gates(pod)
 
 
-def pinned_node(pod: Mapping[str, Any]) -> str | None:
-    """The node our required node affinity pins the pod to (``metadata.name In [node]``), if any."""
-    terms = (((((pod.get("spec") or {}).get("affinity") or {}).get("nodeAffinity") or {})
-              .get("requiredDuringSchedulingIgnoredDuringExecution") or {}).get("nodeSelectorTerms") or [])
-    found: set[str] = set()
-    for term in terms:
-        hit = None
-        for req in term.get("matchFields") or []:
-            values = req.get("values") or []
-            if req.get("key") == NODE_NAME_FIELD and req.get("operator") == "In" and len(values) == 1:
-                hit = str(values[0])
-        if hit is None:
-            return None  # a term we did not narrow: not pinned by us
-        found.add(hit)
-    return found.pop() if len(found) == 1 else None
+def _affinity_terms(pod: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    return list((((((pod.get("spec") or {}).get("affinity") or {}).get("nodeAffinity") or {})
+                  .get("requiredDuringSchedulingIgnoredDuringExecution") or {}).get("nodeSelectorTerms") or []))
 
 
-def pinned_terms(pod: Mapping[str, Any], node: str) -> list[JSON]:
-    """The pod's required node-selector terms narrowed to ``node``.
+def _named(term: Mapping[str, Any]) -> str | None:
+    """The node a term's ``metadata.name In [node]`` requirement names (the API allows one value only)."""
+    hit = None
+    for req in term.get("matchFields") or []:
+        values = req.get("values") or []
+        if req.get("key") == NODE_NAME_FIELD and req.get("operator") == "In" and len(values) == 1:
+            hit = str(values[0])
+    return hit
 
-    On a gated pod the API server allows required node affinity only to be added or narrowed: with
-    no terms we set one; otherwise we add our requirement to every existing term (terms are ORed,
-    requirements within a term ANDed), never changing what is there.
+
+def _hostnames_in(term: Mapping[str, Any]) -> tuple[str, ...] | None:
+    hit = None
+    for req in term.get("matchExpressions") or []:
+        if req.get("key") == HOSTNAME_LABEL and req.get("operator") == "In" and req.get("values"):
+            hit = tuple(str(v) for v in req["values"])
+    return hit
+
+
+def pinned_nodes(pod: Mapping[str, Any], by_hostname: Mapping[str, str] | None = None) -> tuple[str, ...] | None:
+    """The node set the pod's required node affinity confines it to, in the forms the controller writes:
+    ``metadata.name In [node]`` in every term (one node, or one term per node of a set), or a
+    ``kubernetes.io/hostname In [...]`` requirement in every term (a set next to the pod's own terms;
+    hostnames are mapped back to node names with ``by_hostname``). None when the terms say neither.
     """
-    ours = {"key": NODE_NAME_FIELD, "operator": "In", "values": [node]}
-    terms = (((((pod.get("spec") or {}).get("affinity") or {}).get("nodeAffinity") or {})
-              .get("requiredDuringSchedulingIgnoredDuringExecution") or {}).get("nodeSelectorTerms") or [])
+    terms = _affinity_terms(pod)
     if not terms:
-        return [{"matchFields": [ours]}]
+        return None
+    named = [_named(t) for t in terms]
+    if all(n is not None for n in named):
+        return tuple(dict.fromkeys(str(n) for n in named))
+    hosts = {_hostnames_in(t) for t in terms}
+    if len(hosts) == 1 and None not in hosts:
+        values = next(iter(hosts))
+        assert values is not None
+        return tuple((by_hostname or {}).get(h, h) for h in values)
+    return None
+
+
+def pinned_node(pod: Mapping[str, Any]) -> str | None:
+    """The node our required node affinity pins the pod to (``metadata.name In [node]``), if it names one."""
+    nodes = pinned_nodes(pod)
+    return nodes[0] if nodes is not None and len(nodes) == 1 else None
+
+
+def has_own_terms(pod: Mapping[str, Any]) -> bool:
+    """Whether the pod has required node-selector terms besides ours (they can then only be narrowed)."""
+    ours = [{"key": NODE_NAME_FIELD, "operator": "In"}]
+    return any(set(t) != {"matchFields"} or [{k: v for k, v in f.items() if k != "values"}
+                                             for f in t.get("matchFields") or []] != ours
+               for t in _affinity_terms(pod))
+
+
+def pinned_terms(pod: Mapping[str, Any], nodes: str | Sequence[str],
+                 hostnames: Mapping[str, str] | None = None) -> list[JSON] | None:
+    """The pod's required node-selector terms narrowed to ``nodes`` (one node, or a node set).
+
+    On a gated pod the API server allows required node affinity only to be added or narrowed, and a
+    ``metadata.name`` requirement may hold one value. With no terms we set one per node (terms are
+    ORed); otherwise we add a requirement to every existing term (requirements within a term are
+    ANDed), never changing what is there: ``metadata.name In [node]`` for one node, for a set
+    ``kubernetes.io/hostname In [...]`` from ``hostnames`` (node name -> its hostname label). None when
+    a node of the set has no hostname label to name it by.
+    """
+    names = [nodes] if isinstance(nodes, str) else list(nodes)
+    terms = _affinity_terms(pod)
+    if not terms:
+        return [{"matchFields": [{"key": NODE_NAME_FIELD, "operator": "In", "values": [n]}]} for n in names]
+    if len(names) == 1:
+        ours = {"key": NODE_NAME_FIELD, "operator": "In", "values": names}
+        where = "matchFields"
+    else:
+        if any(n not in (hostnames or {}) for n in names):
+            return None
+        ours = {"key": HOSTNAME_LABEL, "operator": "In", "values": [(hostnames or {})[n] for n in names]}
+        where = "matchExpressions"
     out = []
     for term in terms:
         new = dict(term)
-        fields = [dict(f) for f in term.get("matchFields") or []]
-        if ours not in fields:
-            fields.append(ours)
-        new["matchFields"] = fields
+        reqs = [dict(f) for f in term.get(where) or []]
+        if ours not in reqs:
+            reqs.append(ours)
+        new[where] = reqs
         out.append(new)
     return out
 

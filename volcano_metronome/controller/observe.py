@@ -22,7 +22,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Iterable, Mapping, Sequence
 
 from volcano_metronome import api
-from volcano_metronome.controller import eligibility, objects, policy as policies, topology as network
+from volcano_metronome.controller import eligibility, objects, policy as policies, ranks as ranking, \
+    topology as network
 from volcano_metronome.controller.objects import JSON
 from volcano_metronome.controller.policy import QueuePolicyView
 from volcano_metronome.controller.settings import Settings
@@ -35,6 +36,7 @@ PODGROUP, WORKLOAD, JOB = "PodGroup", "Workload", "Job"
 GANG_KINDS = (PODGROUP, WORKLOAD, JOB)
 GANG_API_VERSIONS = {PODGROUP: "scheduling.volcano.sh/v1beta1", WORKLOAD: "kueue.x-k8s.io/v1beta2", JOB: "batch/v1"}
 RELEASED = "Released"
+DEFAULT_SCHEDULER = "default-scheduler"
 
 
 @dataclass(frozen=True, order=True)
@@ -59,12 +61,15 @@ class PodView:
     gated: bool  # our gate is still on it
     gates: tuple[str, ...]
     node_name: str | None  # bound to
-    pinned: str | None  # the node our affinity pins it to
+    pinned: str | None  # the node our affinity pins it to (when it names one node)
     gpus: int
     priority: int
     created_s: float
     annotations: Mapping[str, str]
     obj: JSON = field(compare=False, repr=False)
+    allowed: tuple[str, ...] | None = None  # the node set our affinity confines it to
+    ranks: Mapping[str, ranking.Key] = field(default_factory=dict)  # rank sort keys by source (controller.ranks)
+    volcano_role: str = ""  # its Volcano task role when Volcano schedules it ("" otherwise)
 
 
 @dataclass(frozen=True)
@@ -136,6 +141,7 @@ class GangView:
     finished: bool = False
     waiting_for: str = ""  # why it is not decidable yet ("" when it is)
     nodes: frozenset[str] | None = None  # the nodes its pods' selectors, affinity and tolerations admit
+    hostnames: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)  # node -> hostname label
 
     @property
     def uid(self) -> str:
@@ -257,12 +263,15 @@ def observe(inputs: Inputs, settings: Settings) -> World:
                 owned_by_job[(ns, str(ref.get("name")))] = wname
     podgroups = {(objects.namespace(p), objects.name(p)): p for p in inputs.podgroups}
 
+    hostnames = {objects.name(n): str(objects.labels(n)[objects.HOSTNAME_LABEL]) for n in inputs.nodes
+                 if objects.labels(n).get(objects.HOSTNAME_LABEL)}
+    by_hostname = {h: n for n, h in hostnames.items()}
     pods_by_gang: dict[GangKey, list[PodView]] = {}
     for pod in inputs.pods:
         key = gang_key_of_pod(pod, owned_by_job)
         if key is None or objects.pod_terminal(pod):
             continue
-        pods_by_gang.setdefault(key, []).append(pod_view(pod, settings.gpu_resource))
+        pods_by_gang.setdefault(key, []).append(pod_view(pod, settings.gpu_resource, by_hostname))
 
     keys: set[GangKey] = set(pods_by_gang)
     for (ns, wname), wl in workloads.items():
@@ -282,6 +291,7 @@ def observe(inputs: Inputs, settings: Settings) -> World:
             workloads.get((key.namespace, key.name)) if key.kind == WORKLOAD else None)
         gang = gang_view(key, found, tuple(sorted(pods_by_gang.get(key, ()), key=lambda p: p.name)), claims, by_ref,
                          pols, our_checks, cq_checks, settings)
+        gang = replace(gang, hostnames=hostnames)
         if gang.pending:  # only a decision needs it; placed gangs keep the nodes they have
             gang = replace(gang, nodes=eligibility.eligible_nodes(
                 inputs.nodes, member_specs(key, found, gang.pods, flavors), memo))
@@ -339,8 +349,8 @@ def gang_key_of_pod(pod: Mapping[str, Any], owned_by_job: Mapping[tuple[str, str
     return GangKey(ns, kind, gname)
 
 
-def pod_view(pod: Mapping[str, Any], gpu_resource: str) -> PodView:
-    """The parts of a pod a cycle uses."""
+def pod_view(pod: Mapping[str, Any], gpu_resource: str, by_hostname: Mapping[str, str] | None = None) -> PodView:
+    """The parts of a pod a cycle uses (``by_hostname``: hostname label -> node name)."""
     spec = pod.get("spec") or {}
     ann = objects.annotations_of(pod)
     return PodView(
@@ -349,7 +359,13 @@ def pod_view(pod: Mapping[str, Any], gpu_resource: str) -> PodView:
         pinned=objects.pinned_node(pod), gpus=objects.pod_gpus(pod, gpu_resource),
         priority=int(spec.get("priority") or 0), created_s=objects.created_s(pod),
         annotations={k: ann[k] for k in (api.OFFSET_MS, api.PERIOD_MS, api.EPOCH) if k in ann},
-        obj=dict(pod))
+        obj=dict(pod), allowed=objects.pinned_nodes(pod, by_hostname), ranks=ranking.rank_keys(pod),
+        volcano_role=ranking.volcano_role(pod) if scheduled_by_volcano(pod) else "")
+
+
+def scheduled_by_volcano(pod: Mapping[str, Any]) -> bool:
+    """Whether a scheduler other than kube-scheduler places the pod (Volcano's name is configurable)."""
+    return (pod.get("spec") or {}).get("schedulerName") not in (None, "", DEFAULT_SCHEDULER)
 
 
 def claim_view(obj: Mapping[str, Any]) -> ClaimView:

@@ -6,7 +6,8 @@ which the writes landed plans none. Per gang the writes are ordered so that a cr
 of them loses nothing and duplicates nothing:
 
 1. the STBandwidthClaim (created if needed, then its status: the durable record of the decision);
-2. each gated pod: required node affinity pinning it to one node of the decision, the annotations
+2. each gated pod: required node affinity pinning it to the node of its rank's slot, or the pods of a
+   Volcano task role to the role's node set (``controller.constraints``), the annotations
    ``metronome.dev/offset-ms``, ``period-ms``, ``epoch``, and removal of our gate only (other gates
    stay), in one conditional patch;
 3. the Kueue Workload's AdmissionCheck state, then an Event.
@@ -43,7 +44,8 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from volcano_metronome import api
-from volcano_metronome.controller import objects
+from volcano_metronome.controller import objects, ranks
+from volcano_metronome.controller.constraints import assign
 from volcano_metronome.controller.objects import JSON
 from volcano_metronome.controller.observe import (GANG_API_VERSIONS, RELEASED, ClaimView, GangView, PodView,
                                                   World)
@@ -57,10 +59,12 @@ from volcano_metronome.core.model import Policy
 from volcano_metronome.core.placement import member_room
 from volcano_metronome.core.reoptimize import Move, reoptimise
 from volcano_metronome.core.snapshot import Snapshot
+from volcano_metronome.core.topology import Topology
 
 PLACED, NOFIT, RECONFIGURED = "Placed", "NoFit", "Reconfigured"
 LOCKED, UNLOCKED = "Locked", "Unlocked"
 DRIFTED, OUTSIDE_NODE_SET, AS_DECIDED = "Drifted", "BoundOutsideNodeSet", "AsDecided"
+PER_POD, CACHE_RISK, SHARED_PER_ROLE = "PerPodConstraints", "VolcanoPredicateErrorCache", "SharedPerRole"
 
 
 # --------------------------------------------------------------------------------------------- writes
@@ -340,7 +344,8 @@ def plan(world: World, decided: Decided, settings: Settings, now_s: float,
         if gang.finished:
             w = _release(gang.claim, gang, now_s)
         elif isinstance(result, Decision):
-            w = _place(gang, result, settings, now_s, now_ms, locked=result.locked or gang.uid in decided.locks)
+            w = _place(gang, result, settings, now_s, now_ms, locked=result.locked or gang.uid in decided.locks,
+                       topology=world.topology)
         elif isinstance(result, NoFit):
             w = _no_fit(gang, result.reason, world, now_s, reported)
         elif gang.placed and gang.claim is not None:
@@ -404,7 +409,10 @@ def _ensure_claim(gang: GangView) -> tuple[CreateClaim, ...]:
 
 
 def _place(gang: GangView, d: Decision, settings: Settings, now_s: float, now_ms: float,
-           locked: bool) -> GangWrites:
+           locked: bool, topology: Topology | None = None) -> GangWrites:
+    if topology is not None:  # the claim lists its nodes in ring order: those of a rack consecutive
+        nodes, members = ranks.ring_nodes(topology, d.nodes, d.members)
+        d = dataclasses.replace(d, nodes=nodes, members=members)
     epoch = epoch_at_or_before(now_ms, settings)
     prior = gang.claim.conditions if gang.claim is not None else ()
     message = (f"{gang.size} members on {len(d.nodes)} node(s) {', '.join(d.nodes)}; offset {d.offset_ms:g} ms of "
@@ -485,11 +493,15 @@ def _follow(gang: GangView, claim: ClaimView, move: Move | None, settings: Setti
     elif not drift and shown is not None and shown.get("status") == "True":
         status["conditions"] = objects.set_condition(status.get("conditions", claim.conditions), DRIFTED, "False",
                                                      AS_DECIDED, "every bound pod is on a node of its node set", now_s)
+    assignment = assign(claim, gang.pods, gang.hostnames)
+    status, cache_events = _role_constraints(gang, claim, assignment.blocked, status, settings, now_s)
+    after.extend(cache_events)
     writes: tuple[ClaimStatus, ...] = ()
     if status:
         writes = (ClaimStatus(claim.namespace, claim.name, claim.resource_version, status),)
     ann = timing_annotations(period, offset, epoch, locked)
-    pods = tuple(p for p in (_pod_patch(pod, node, ann) for pod, node in assign(claim, gang.pods)) if p is not None)
+    pods = tuple(p for p in (_pod_patch(t.pod, t.nodes, ann, gang.hostnames) for t in assignment.targets)
+                 if p is not None)
     if gang.check is not None and gang.obj is not None and gang.check.state != "Ready":
         after.insert(0, _check(gang, "Ready", _ready_message(claim), now_s, ann, claim))
     return GangWrites(str(gang.key), writes, pods, tuple(after), transition=transition)
@@ -509,6 +521,24 @@ def drift_message(claim: ClaimView, pods: Sequence[PodView]) -> str:
     return f"{len(outside)} pod(s) bound outside the node set {', '.join(claim.nodes)}: {listed}"
 
 
+def _role_constraints(gang: GangView, claim: ClaimView, blocked: str, status: JSON, settings: Settings,
+                      now_s: float) -> tuple[JSON, list[Event]]:
+    """The claim's PerPodConstraints condition (and a Warning Event) when pods of one Volcano task role need
+    different node constraints (``constraints.assign``); cleared once they no longer do."""
+    shown = next((c for c in claim.conditions if c.get("type") == PER_POD), None)
+    events: list[Event] = []
+    conds = status.get("conditions", claim.conditions)
+    if blocked and (shown is None or shown.get("status") != "True" or shown.get("message") != blocked):
+        status = {**status, "conditions": objects.set_condition(conds, PER_POD, "True", CACHE_RISK, blocked, now_s)}
+        if settings.events and (shown is None or shown.get("status") != "True"):
+            events.append(Event(_regarding(gang), PER_POD, blocked, type="Warning"))
+    elif not blocked and shown is not None and shown.get("status") == "True":
+        status = {**status, "conditions": objects.set_condition(conds, PER_POD, "False", SHARED_PER_ROLE,
+                                                                "the pods of each Volcano task role share their node "
+                                                                "constraints", now_s)}
+    return status, events
+
+
 def timing_annotations(period_ms: float, offset_ms: float, epoch_ms: int, locked: bool) -> dict[str, str | None]:
     """The pod annotations of a placed gang; None removes one (an unlocked gang's runtime runs free)."""
     return {api.PERIOD_MS: objects.number_text(period_ms),
@@ -516,42 +546,22 @@ def timing_annotations(period_ms: float, offset_ms: float, epoch_ms: int, locked
             api.EPOCH: str(epoch_ms) if locked else None}
 
 
-def assign(claim: ClaimView, pods: Sequence[PodView]) -> list[tuple[PodView, str | None]]:
-    """Each live pod with the node it is (to be) pinned to; None when the claim has no member slot left.
-
-    Pods already pinned (or bound) keep their node; gated pods take free member slots in the
-    claim's node order, by pod name, so the assignment is the same every time it is computed.
-    """
-    slots = dict(zip(claim.nodes, claim.members))
-    out: list[tuple[PodView, str | None]] = []
-    loose: list[PodView] = []
-    for pod in pods:
-        node = pod.pinned or pod.node_name
-        if node is not None:
-            slots[node] = slots.get(node, 0) - 1
-            out.append((pod, node))
-        else:
-            loose.append(pod)
-    for pod in sorted(loose, key=lambda p: p.name):
-        node = next((n for n in claim.nodes if slots.get(n, 0) > 0), None)
-        if node is not None:
-            slots[node] -= 1
-        out.append((pod, node))
-    return out
-
-
-def _pod_patch(pod: PodView, node: str | None, ann: Mapping[str, str | None]) -> PodPatch | None:
+def _pod_patch(pod: PodView, nodes: tuple[str, ...], ann: Mapping[str, str | None],
+               hostnames: Mapping[str, str] = {}) -> PodPatch | None:
     patch: JSON = {}
     changed = {k: v for k, v in ann.items() if pod.annotations.get(k) != v}
-    if pod.gated and node is None:
+    if pod.gated and not nodes:
         return None  # no member slot: stays gated (more pods than the gang's size)
     if changed:
         patch["metadata"] = {"annotations": changed}
     spec: JSON = {}
     if pod.gated:
-        if pod.pinned != node and node is not None and pod.node_name is None:
+        if pod.allowed != nodes and pod.node_name is None:
+            terms = objects.pinned_terms(pod.obj, nodes, hostnames)
+            if terms is None:
+                return None  # not expressible (constraints.assign pins such pods one by one): stays gated
             spec["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
-                "nodeSelectorTerms": objects.pinned_terms(pod.obj, node)}}}
+                "nodeSelectorTerms": terms}}}
         rest = [{"name": g} for g in pod.gates if g != api.SCHEDULING_GATE]
         spec["schedulingGates"] = rest or None
     if spec:
