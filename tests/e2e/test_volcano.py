@@ -92,42 +92,60 @@ def test_upstream_example_runs_on_real_volcano_where_our_controller_placed_it(
         k.delete(kube.VOLCANO_JOBS, namespace, job["metadata"]["name"])
 
 
+def _job(upstream: pathlib.Path, namespace: str, name: str, pods: int, gpus: int, **extra: str) -> dict[str, Any]:
+    """``job-plugin.yaml`` (one task) named ``name`` with ``pods`` pods of ``gpus`` GPUs."""
+    (job,) = manifests.volcano_jobs(upstream, "job-plugin.yaml", namespace=namespace, gpus_per_pod=gpus,
+                                    annotations=MODEL, name=name, **extra)
+    job["spec"]["minAvailable"] = job["spec"]["tasks"][0]["replicas"] = pods
+    return job
+
+
+def _phase(k: kube.Kube, namespace: str, job: str) -> str | None:
+    group = podgroup_of(k, namespace, job)
+    return None if group is None else (group.get("status") or {}).get("phase")
+
+
 def test_gang_waits_whole_then_binds_whole_and_a_deleted_job_releases_its_claim(
         stack: Stack, k: kube.Kube, upstream: pathlib.Path, namespace: str, history: Callable[..., History]) -> None:
+    """Volcano holds a gang that does not fit whole in its enqueue action: its PodGroup stays Pending and
+    vc-controller-manager creates none of its pods, so nothing of it can bind. Once a running Job is
+    deleted mid-flight (its claim released), the gang is enqueued, placed by us and bound whole."""
     logs = _logs(stack)
     pods = history(kube.PODS, namespace)
-    nodes = manifests.LAYOUT.nodes
-    (big,) = manifests.volcano_jobs(upstream, "job-plugin.yaml", namespace=namespace, gpus_per_pod=8, annotations=MODEL,
-                                    name="big")
-    big["spec"]["minAvailable"] = big["spec"]["tasks"][0]["replicas"] = nodes - 2
-    big_group, big_claim = run_to_completion_of_placement(stack, k, namespace, big, pods)
-
-    (waiting,) = manifests.volcano_jobs(upstream, "job-plugin.yaml", namespace=namespace, gpus_per_pod=8,
-                                        annotations=MODEL, name="waiting")
-    waiting["spec"]["minAvailable"] = waiting["spec"]["tasks"][0]["replicas"] = 4  # 2 nodes free: does not fit
-    k.create(kube.VOLCANO_JOBS, waiting, namespace)
-    wait_until(lambda: len(pods_of(k, namespace, "waiting")) == 4, TIMEOUT, lambda: f"the 4 pods of waiting\n{logs()}")
-    deadline = time.monotonic() + 15  # Volcano schedules every second: fifteen chances to bind a part
+    big_group, big_claim = run_to_completion_of_placement(
+        stack, k, namespace, _job(upstream, namespace, "big", manifests.LAYOUT.nodes - 2, 8), pods)
+    k.create(kube.VOLCANO_JOBS, _job(upstream, namespace, "waiting", 4, 8), namespace)  # 2 nodes free
+    wait_until(lambda: _phase(k, namespace, "waiting") == "Pending", TIMEOUT, lambda: f"the PodGroup of waiting\n{logs()}")
+    deadline = time.monotonic() + 15  # Volcano schedules every second: fifteen chances to start a part
     while time.monotonic() < deadline:
         assert not any(p["spec"].get("nodeName") for p in pods_of(k, namespace, "waiting")), "a part of the gang was bound"
+        assert _phase(k, namespace, "waiting") == "Pending"
         time.sleep(0.5)
-    assert all(objects.gated_by_us(p) for p in pods_of(k, namespace, "waiting"))
 
     k.delete(kube.VOLCANO_JOBS, namespace, "big")  # mid-flight: its pods run
     wait_until(lambda: f"{namespace}/{objects.name(big_claim)}" not in held_claims(k), TIMEOUT,
                lambda: f"the claim of the deleted Job released\n{logs()}")
-    wait_until(lambda: bound(pods_of(k, namespace, "waiting")) and running(pods_of(k, namespace, "waiting")), TIMEOUT,
+    wait_until(lambda: len(pods_of(k, namespace, "waiting")) == 4 and bound(pods_of(k, namespace, "waiting"))
+               and running(pods_of(k, namespace, "waiting")), TIMEOUT,
                lambda: f"the waiting gang bound whole once room appeared\n{logs()}")
     group = podgroup_of(k, namespace, "waiting")
     assert group is not None
     claim = claim_of(k, namespace, group)
-    assert claim is not None
+    assert claim is not None and decided(claim)
     assert_bound_as_decided(pods_of(k, namespace, "waiting"), claim)
+    assert all(created_gated(pods.versions(objects.name(p))[0]) for p in pods_of(k, namespace, "waiting"))
     assert objects.name(big_group) not in {objects.name(g) for g in k.list(kube.PODGROUPS, namespace)["items"]}
 
 
 def test_higher_priority_gang_is_placed_first_across_two_volcano_queues(
         stack: Stack, k: kube.Kube, upstream: pathlib.Path, namespace: str, history: Callable[..., History]) -> None:
+    """Both gangs must be past Volcano's enqueue (their pods exist, gated) and wait for the same GPUs; our
+    controller then orders them by the QueuePolicy governing their two Volcano queues.
+
+    Sizes: 64 GPUs; Volcano's enqueue admits gangs up to 1.2 x capacity (its default overcommit factor).
+    Blockers hold 7 nodes and half of the eighth (60 GPUs); the low and the high gang (2 pods of 4 GPUs
+    each) are both enqueued (60 + 16 <= 76.8) and neither fits in the 4 free GPUs. Once the half-node
+    blocker is deleted 8 GPUs are free on one node: room for one gang, which must be the high one."""
     logs = _logs(stack)
     pods = history(kube.PODS, namespace)
     suffix = namespace.rsplit("-", 1)[-1]
@@ -135,8 +153,9 @@ def test_higher_priority_gang_is_placed_first_across_two_volcano_queues(
     for queue in queues:
         k.create(kube.VOLCANO_QUEUES, {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "Queue",
                                        "metadata": {"name": queue}, "spec": {"weight": 1}})
-    policy: dict[str, Any] = {"apiVersion": f"{api.GROUP}/{api.VERSION}", "kind": "QueuePolicy", "metadata": {"name": f"research-{suffix}"},
-              "spec": {"volcanoQueues": queues, "ordering": "StrictPriority"}}
+    policy: dict[str, Any] = {"apiVersion": f"{api.GROUP}/{api.VERSION}", "kind": "QueuePolicy",
+                              "metadata": {"name": f"research-{suffix}"},
+                              "spec": {"volcanoQueues": queues, "ordering": "StrictPriority"}}
     k.create(kube.QUEUE_POLICIES, policy)
     classes = {}
     for level, value in (("low", 10), ("high", 1000)):
@@ -144,25 +163,23 @@ def test_higher_priority_gang_is_placed_first_across_two_volcano_queues(
         k.create(kube.PRIORITY_CLASSES, {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
                                          "metadata": {"name": classes[level]}, "value": value})
     try:
-        nodes = manifests.LAYOUT.nodes
-        (blocker,) = manifests.volcano_jobs(upstream, "job-plugin.yaml", namespace=namespace, gpus_per_pod=8,
-                                            annotations=MODEL, name="blocker", queue=queues[1])
-        blocker["spec"]["minAvailable"] = blocker["spec"]["tasks"][0]["replicas"] = nodes - 2
-        run_to_completion_of_placement(stack, k, namespace, blocker, pods)
-        # Both want 5 of the 8 nodes: only one fits once the blocker leaves. The low one comes first.
+        run_to_completion_of_placement(stack, k, namespace, _job(upstream, namespace, "blocker", manifests.LAYOUT.nodes - 1, 8), pods)
+        run_to_completion_of_placement(stack, k, namespace, _job(upstream, namespace, "half", 1, 4), pods)
         for level, queue in (("low", queues[1]), ("high", queues[0])):
-            (job,) = manifests.volcano_jobs(upstream, "job-plugin.yaml", namespace=namespace, gpus_per_pod=8,
-                                            annotations=MODEL, name=level, queue=queue, priority_class=classes[level])
-            job["spec"]["minAvailable"] = job["spec"]["tasks"][0]["replicas"] = 5
-            k.create(kube.VOLCANO_JOBS, job, namespace)
-            wait_until(lambda: len(pods_of(k, namespace, level)) == 5, TIMEOUT, lambda: f"the pods of {level}\n{logs()}")
-        k.delete(kube.VOLCANO_JOBS, namespace, "blocker")
+            k.create(kube.VOLCANO_JOBS, _job(upstream, namespace, level, 2, 4, queue=queue,
+                                             priority_class=classes[level]), namespace)
+        for level in ("low", "high"):
+            wait_until(lambda: len(pods_of(k, namespace, level)) == 2, TIMEOUT,
+                       lambda: f"the pods of {level} (enqueued by Volcano)\n{logs()}")
+        time.sleep(3)  # a few controller cycles: neither fits
+        assert all(objects.gated_by_us(p) for level in ("low", "high") for p in pods_of(k, namespace, level))
+        k.delete(kube.VOLCANO_JOBS, namespace, "half")
         wait_until(lambda: bound(pods_of(k, namespace, "high")) and running(pods_of(k, namespace, "high")), TIMEOUT,
                    lambda: f"the high-priority gang bound first\n{logs()}")
         assert not any(p["spec"].get("nodeName") for p in pods_of(k, namespace, "low"))
         assert all(objects.gated_by_us(p) for p in pods_of(k, namespace, "low"))
     finally:
-        for level in ("low", "high", "blocker"):
+        for level in ("low", "high", "half", "blocker"):
             k.delete(kube.VOLCANO_JOBS, namespace, level)
         wait_until(lambda: not k.list(kube.PODS, namespace)["items"], TIMEOUT, "the pods of the test deleted")
         k.delete(kube.QUEUE_POLICIES, None, policy["metadata"]["name"])
