@@ -136,8 +136,9 @@ def gather(
     provenance: dict[str, str] = {}
     missing: list[str] = []
     for part in PARTS:
-        if not _from_trees(part, trees.get(part.project, []), scratch, provenance):
-            reasons = [why.get(part.project) or f"not in {', '.join(t.label for t in trees[part.project])}"]
+        lacking = _from_trees(part, trees.get(part.project, []), scratch, provenance)
+        if lacking is not None:
+            reasons = [why.get(part.project) or f"{lacking} not in {' nor '.join(t.label for t in trees[part.project])}"]
             if not _from_fallback(part, fallbacks, scratch, provenance):
                 reasons.append(" nor ".join(str(base / part.name) for base in fallbacks) + ": not there")
                 missing.append(f"{part.name} ({'; '.join(reasons)})")
@@ -186,28 +187,28 @@ def _trees(tools: pathlib.Path, checkout: pathlib.Path, env: dict[str, str]) -> 
     return trees, why
 
 
-def _from_trees(part: Part, trees: Iterable[_Tree], scratch: pathlib.Path, provenance: dict[str, str]) -> bool:
-    """Copy ``part`` from the first tree holding each of its files; False (nothing copied) if any is missing."""
+def _from_trees(part: Part, trees: Iterable[_Tree], scratch: pathlib.Path, provenance: dict[str, str]) -> str | None:
+    """Copy ``part`` from the first tree holding each of its files; None, or (nothing copied) what is missing."""
     trees = list(trees)
     chosen: dict[str, tuple[pathlib.Path, str]] = {}
     for directory in part.globs:
         tree = next((t for t in trees if (t.path / directory).is_dir()), None)
         if tree is None:
-            return False
+            return f"{directory}/"
         for source in sorted((tree.path / directory).glob("*.yaml")):
             chosen[source.name] = (source, f"{tree.label}: {directory}/{source.name}")
     for name, alternatives in part.files:
         found = next(((t, r) for t in trees for r in alternatives.split("|") if (t.path / r).is_file()), None)
         if found is None:
-            return False
+            return alternatives.replace("|", " or ")
         tree, relative = found
         chosen[name] = (tree.path / relative, f"{tree.label}: {relative}")
     if not chosen:
-        return False
+        return "any file"
     for name, (source, origin) in chosen.items():
         _copy(source, scratch / part.name / name)
         provenance[f"{part.name}/{name}"] = origin
-    return True
+    return None
 
 
 def _from_fallback(part: Part, fallbacks: Iterable[pathlib.Path], scratch: pathlib.Path, provenance: dict[str, str]) -> bool:
