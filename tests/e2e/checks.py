@@ -20,7 +20,7 @@ def decided(claim: Mapping[str, Any]) -> bool:
 def assert_bound_as_decided(pods: Iterable[Mapping[str, Any]], claim: Mapping[str, Any]) -> None:
     """Each pod is bound to a node of the claim's decision (each node gets exactly its members) and
     carries the claim's period, and its offset and epoch when the claim is locked (a gang alone on its
-    links runs free: no offset); its node affinity pins it to that node."""
+    links runs free: no offset); its node affinity confines it to that node (or to its role's node set)."""
     status = claim["status"]
     pods = list(pods)
     slots = Counter(dict(zip(status["nodes"], status["members"])))
@@ -28,7 +28,9 @@ def assert_bound_as_decided(pods: Iterable[Mapping[str, Any]], claim: Mapping[st
     assert bound == slots, f"pods bound {dict(bound)}, decision {dict(slots)} ({objects.name(claim)})"
     for pod in pods:
         node = pod["spec"]["nodeName"]
-        assert objects.pinned_node(pod) == node, f"{objects.name(pod)}: affinity pins {objects.pinned_node(pod)}, bound to {node}"
+        # One node per pod, or (pods of one Volcano task role) the role's node set: the node is in it.
+        pinned = objects.pinned_nodes(pod) or ()
+        assert node in pinned, f"{objects.name(pod)}: affinity pins {pinned}, bound to {node}"
         annotations = objects.annotations_of(pod)
         assert annotations[api.PERIOD_MS] == objects.number_text(status["periodMs"]), objects.name(pod)
         if status.get("locked", True):

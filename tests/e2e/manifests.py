@@ -136,3 +136,31 @@ def with_namespace(obj: JSON, namespace: str) -> JSON:
     result = copy.deepcopy(obj)
     result["metadata"]["namespace"] = namespace
     return result
+
+
+def volcano_jobs(upstream: pathlib.Path, example: str, *, namespace: str, gpus_per_pod: int,
+                 annotations: dict[str, str], name: str | None = None, queue: str | None = None,
+                 priority_class: str | None = None) -> list[JSON]:
+    """The Volcano Jobs of ``examples/volcano/<example>``, as the pinned Volcano ships them.
+
+    Adapted: the namespace, the given profile annotations on the Job, and ``gpus_per_pod``
+    ``nvidia.com/gpu`` (request = limit) added to every container's resources beside what the
+    example asks (a whole node per pod makes each gang span as many nodes as it has pods);
+    optionally the name (one Job), the queue and a priority class.
+    """
+    jobs = [doc for doc in _documents(upstream / "examples" / "volcano" / example) if doc.get("kind") == "Job"]
+    for job in jobs:
+        job["metadata"]["namespace"] = namespace
+        job["metadata"].setdefault("annotations", {}).update(annotations)
+        if name:
+            job["metadata"]["name"] = name
+        if queue:
+            job["spec"]["queue"] = queue
+        if priority_class:
+            job["spec"]["priorityClassName"] = priority_class
+        for task in job["spec"]["tasks"]:
+            for container in task["template"]["spec"]["containers"]:
+                resources = container.setdefault("resources", {})
+                resources.setdefault("requests", {})[GPU_RESOURCE] = str(gpus_per_pod)
+                resources.setdefault("limits", {})[GPU_RESOURCE] = str(gpus_per_pod)
+    return jobs

@@ -1,11 +1,9 @@
-"""The Volcano path without Volcano: its PodGroup example, and pods shaped as vc-controller-manager makes them.
+"""A PodGroup created directly with pods that ask for the default scheduler: kube-scheduler binds them.
 
-STAND-IN: the Volcano scheduler and controller-manager cannot be built here (the Go module proxy
-refuses every version of volcano.sh/volcano; docs/control-plane.md). The pods therefore ask for the
-default scheduler and **kube-scheduler binds them**, honouring the node affinity our controller
-wrote, where the real deployment would have the Volcano scheduler do it. Everything else is real:
-the upstream ``examples/volcano/podgroup.yaml`` (with profile annotations) through our webhook,
-pods carrying ``scheduling.k8s.io/group-name`` gated at creation, our controller's placement, kwok.
+The path of users who run kube-scheduler beside Volcano's PodGroups (the real Volcano path is
+tests/e2e/test_volcano.py). Real: the upstream ``examples/volcano/podgroup.yaml`` (with profile
+annotations) through our webhook, pods carrying ``scheduling.k8s.io/group-name`` gated at creation,
+our controller's placement, kube-scheduler honouring the node affinity our controller wrote, kwok.
 """
 
 from __future__ import annotations

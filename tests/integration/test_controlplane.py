@@ -6,6 +6,7 @@ import copy
 import os
 import pathlib
 import socket
+import subprocess
 import time
 import uuid
 from typing import Any, Iterator
@@ -16,7 +17,8 @@ from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 from kubernetes.client.rest import ApiException
 
-from volcano_metronome.devtools import sources
+from tests.integration.conftest import require_binaries
+from volcano_metronome.devtools import binaries, sources
 from volcano_metronome.devtools.apply import ApiClient, load_manifests
 from volcano_metronome.devtools.controlplane import ControlPlane, ControlPlaneError
 
@@ -239,3 +241,17 @@ def test_kubeconfig_is_private_and_complete(control_plane: ControlPlane) -> None
     started = time.monotonic()
     assert control_plane.is_ready()
     assert time.monotonic() - started < 5
+
+
+def test_built_helm_and_kubectl_know_the_kubernetes_version_they_were_built_for(tmp_path: pathlib.Path) -> None:
+    """helm renders our chart (kubeVersion >= 1.30) without --kube-version, as a release build of helm
+    does; kubectl reports the control plane's version."""
+    found = require_binaries("helm", "kubectl")
+    env = {"HOME": str(tmp_path), "PATH": "/usr/bin:/bin"}
+    rendered = subprocess.run([str(found["helm"]), "template", "vm", str(sources.chart_dir())], env=env,
+                              capture_output=True, text=True, timeout=120, check=False)
+    assert rendered.returncode == 0, rendered.stderr
+    assert "kind: Deployment" in rendered.stdout
+    version = subprocess.run([str(found["kubectl"]), "version", "--client"], env=env, capture_output=True, text=True,
+                             timeout=60, check=False)
+    assert f"Client Version: {binaries.version_key('kube-apiserver')[0]}" in version.stdout, version.stdout + version.stderr

@@ -10,7 +10,7 @@ import stat
 import pytest
 
 from volcano_metronome.core.errors import MetronomeError
-from volcano_metronome.devtools import binaries
+from volcano_metronome.devtools import binaries, recipes
 
 GO_MOD = """\
 // a comment
@@ -46,6 +46,7 @@ def fake_go(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> pathlib.
         "#!/bin/sh\n"
         'echo "$@" >> "$FAKE_GO_CALLS"\n'
         'if [ "$1" = "list" ]; then echo "$FAKE_MODULE_DIR"; exit 0; fi\n'
+        'if [ "$1" = "mod" ]; then echo "{\\"Error\\": \\"$FAKE_MOD_DOWNLOAD_FAIL\\"}"; exit 1; fi\n'
         'if [ -n "$FAKE_GO_FAIL" ]; then echo "compile error: boom" >&2; exit 1; fi\n'
         'while [ $# -gt 0 ]; do if [ "$1" = "-o" ]; then printf "#!/bin/sh\\n" > "$2"; chmod +x "$2"; fi; shift; done\n'
     )
@@ -96,7 +97,7 @@ def test_missing_binary_names_the_build_command(tools: pathlib.Path, tmp_path: p
 
 def test_unknown_tool_lists_the_known_ones(tools: pathlib.Path, tmp_path: pathlib.Path) -> None:
     with pytest.raises(binaries.UnknownTool, match="known: kube-apiserver, etcd"):
-        binaries.binary_path("kubectl", root=tmp_path, tools=tools)
+        binaries.binary_path("kubeadm", root=tmp_path, tools=tools)
     with pytest.raises(binaries.UnknownTool):
         binaries.build(["etcd", "nope"], root=tmp_path, tools=tools)
 
@@ -162,6 +163,9 @@ def test_every_recipe_matches_the_real_tools_modules() -> None:
         version, key = binaries.version_key(name, tools)
         assert version.startswith("v"), name
         assert key.startswith(f"{name}-{version}-")
+        if recipe.main_module:  # built in its own source tree, pinned by source.json
+            assert recipe.package.startswith("./cmd/"), name
+            continue
         tools_go = (tools / recipe.group / "tools.go").read_text()
         assert "//go:build tools" in tools_go
         assert f'_ "{recipe.package}"' in tools_go, f"{recipe.group}/tools.go does not import {recipe.package}"
@@ -208,7 +212,7 @@ def test_scheduler_and_controller_manager_are_e2e_programs_at_the_api_servers_pi
         assert recipe.version_flags == apiserver.version_flags
         assert binaries.version_key(name)[0] == binaries.version_key("kube-apiserver")[0]
     # The normal CI run builds exactly the integration tier.
-    assert binaries.default_names({}) == ("kube-apiserver", "etcd", "helm")
+    assert binaries.default_names({}) == ("kube-apiserver", "etcd", "helm", "kubectl")
 
 
 def test_kueue_carries_its_own_crds_and_webhook_manifests() -> None:
@@ -218,3 +222,85 @@ def test_kueue_carries_its_own_crds_and_webhook_manifests() -> None:
     crds = [f for f in files if "/crd/bases/" in f]
     assert any(f.endswith("kueue.x-k8s.io_workloads.yaml") for f in crds)
     assert any(f.endswith("kueue.x-k8s.io_multikueueclusters.yaml") for f in crds)  # not in shared/upstream
+
+
+def _volcano_group(tools: pathlib.Path, archive: pathlib.Path, sha256: str) -> None:
+    group = tools / "volcano"
+    group.mkdir(parents=True, exist_ok=True)
+    (group / "source.json").write_text(json.dumps({
+        "module": "volcano.sh/volcano", "version": "v1.15.1", "archive": archive.name, "archive_sha256": sha256,
+        "archive_top": "volcano-1.15.1", "archive_dir": "shared/upstream/volcano-src"}))
+
+
+def _volcano_archive(directory: pathlib.Path) -> tuple[pathlib.Path, str]:
+    import hashlib
+    import io
+    import tarfile
+
+    directory.mkdir(parents=True, exist_ok=True)
+    archive = directory / "volcano-v1.15.1-src.tar.gz"
+    with tarfile.open(archive, "w:gz") as tar:
+        for relative in ("go.mod", *(f for t in ("volcano-scheduler",) for f in binaries.tool(t).module_files)):
+            data = f"# {relative}\n".encode()
+            info = tarfile.TarInfo(f"volcano-1.15.1/{relative}")
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return archive, hashlib.sha256(archive.read_bytes()).hexdigest()
+
+
+def _no_proxy(monkeypatch: pytest.MonkeyPatch, tmp_path: pathlib.Path) -> None:
+    """A `go` whose `mod download` fails as the proxy does for a module it refuses."""
+    monkeypatch.setenv("FAKE_MOD_DOWNLOAD_FAIL", "volcano.sh/volcano@v1.15.1: reading https://proxy.golang.org/...: 403 Forbidden")
+    monkeypatch.setenv("METRONOME_SRC_DIR", str(tmp_path / "src-cache"))
+
+
+def test_volcano_builds_in_the_archive_checked_against_its_sha256(
+    tools: pathlib.Path, tmp_path: pathlib.Path, fake_go: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No module from the proxy: the archive beside the checkout is unpacked and ./cmd/scheduler built in it."""
+    tools = tmp_path / "work" / "checkout" / "tools"
+    archive, sha256 = _volcano_archive(tmp_path / "work" / "shared" / "upstream" / "volcano-src")
+    _volcano_group(tools, archive, sha256)
+    _no_proxy(monkeypatch, tmp_path)
+    monkeypatch.delenv("METRONOME_VOLCANO_SRC", raising=False)
+    (result,) = binaries.build(["volcano-scheduler"], root=tmp_path / "cache", tools=tools)
+    assert result.version == "v1.15.1" and not result.cached
+    calls = fake_go.read_text()
+    assert "mod download -json volcano.sh/volcano@v1.15.1" in calls
+    assert "./cmd/scheduler" in calls and "volcano.sh/volcano/pkg/version.Version=v1.15.1" in calls
+    conf = binaries.module_file("volcano-scheduler", recipes.VOLCANO_SCHEDULER_CONF, root=tmp_path / "cache", tools=tools)
+    assert conf.read_text() == f"# {recipes.VOLCANO_SCHEDULER_CONF}\n"
+
+
+def test_volcano_source_error_names_every_source_tried(
+    tools: pathlib.Path, tmp_path: pathlib.Path, fake_go: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    archive, sha256 = _volcano_archive(tmp_path / "elsewhere")
+    _volcano_group(tools, archive, "0" * 64)  # the archive found does not match the pin
+    _no_proxy(monkeypatch, tmp_path)
+    monkeypatch.setenv("METRONOME_VOLCANO_SRC", str(archive))
+    with pytest.raises(binaries.BuildFailed) as failure:
+        binaries.build(["volcano-webhook-manager"], root=tmp_path / "cache", tools=tools)
+    message = str(failure.value)
+    assert "Go module proxy" in message and "403 Forbidden" in message
+    assert f"{archive}: sha256 {sha256}, expected {'0' * 64}" in message
+    assert "METRONOME_VOLCANO_SRC" in message
+    monkeypatch.delenv("METRONOME_VOLCANO_SRC")
+    with pytest.raises(binaries.BuildFailed, match=r"METRONOME_VOLCANO_SRC: not set; .*volcano-src/volcano-v1.15.1-src.tar.gz: not found"):
+        binaries.build(["volcano-webhook-manager"], root=tmp_path / "cache", tools=tools)
+
+
+def test_volcano_key_follows_its_source_pin(tools: pathlib.Path, tmp_path: pathlib.Path) -> None:
+    _volcano_group(tools, tmp_path / "a.tar.gz", "1" * 64)
+    version, key = binaries.version_key("volcano-scheduler", tools)
+    assert version == "v1.15.1" and key.startswith("volcano-scheduler-v1.15.1-")
+    _volcano_group(tools, tmp_path / "a.tar.gz", "2" * 64)
+    assert binaries.version_key("volcano-scheduler", tools)[1] != key
+
+
+def test_helm_is_stamped_with_the_kubernetes_version_of_its_client_go() -> None:
+    flags = binaries._ldflags(binaries.tool("helm"), "v3.21.4", "v0.36.4")
+    assert "helm.sh/helm/v3/pkg/chartutil.k8sVersionMinor=36" in flags
+    assert "helm.sh/helm/v3/pkg/chartutil.k8sVersionMajor=1" in flags
+    with pytest.raises(binaries.BuildFailed, match="k8s.io/client-go"):
+        binaries._ldflags(binaries.tool("helm"), "v3.21.4", "")

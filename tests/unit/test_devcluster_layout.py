@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pathlib
-import subprocess
 
 import pytest
 
@@ -37,20 +36,6 @@ def test_state_dir_default_and_override(tmp_path: pathlib.Path) -> None:
     assert devcluster.state_dir({}) == pathlib.Path.home() / ".cache" / "volcano-metronome" / "dev-cluster"
 
 
-def test_upstream_dir_override_must_hold_crds(tmp_path: pathlib.Path) -> None:
-    with pytest.raises(MetronomeError, match="METRONOME_UPSTREAM_DIR"):
-        sources.upstream_dir({"METRONOME_UPSTREAM_DIR": str(tmp_path)})
-    (tmp_path / "crds" / "volcano").mkdir(parents=True)
-    (tmp_path / "crds" / "kueue").mkdir()
-    (tmp_path / "crds" / "volcano" / "b.yaml").write_text("")
-    (tmp_path / "crds" / "kueue" / "a.yaml").write_text("")
-    (tmp_path / "crds" / "scheduler-plugins").mkdir()
-    (tmp_path / "crds" / "scheduler-plugins" / "c.yaml").write_text("")
-    assert sources.upstream_dir({"METRONOME_UPSTREAM_DIR": str(tmp_path)}) == tmp_path
-    names = [p.name for p in sources.upstream_crd_files(tmp_path)]
-    assert names == ["b.yaml", "a.yaml"]  # Volcano, then Kueue; not scheduler-plugins
-
-
 def test_our_crds_are_top_level_yaml_only(tmp_path: pathlib.Path) -> None:
     (tmp_path / "crds" / "examples").mkdir(parents=True)
     (tmp_path / "crds" / "x.yaml").write_text("")
@@ -81,25 +66,3 @@ def test_resource_paths() -> None:
     assert crds.path(None, "x.y") == "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/x.y"
     with pytest.raises(MetronomeError, match="namespaced"):
         pods.path(None, "p")
-
-
-def test_upstream_dir_of_this_checkout_exists() -> None:
-    """The repository layout the tests and dev-cluster rely on: ../shared/upstream beside the checkout."""
-    upstream = sources.upstream_dir()
-    files = sources.upstream_crd_files(upstream)
-    assert any(p.name == "batch.volcano.sh_jobs.yaml" for p in files)
-    assert any(p.name == "kueue.x-k8s.io_clusterqueues.yaml" for p in files)
-
-
-def test_a_clone_made_elsewhere_finds_upstream_beside_the_checkout_it_was_cloned_from(tmp_path: pathlib.Path) -> None:
-    origin, clone = tmp_path / "work" / "main", tmp_path / "elsewhere" / "clone"
-    (tmp_path / "work" / "shared" / "upstream" / "crds").mkdir(parents=True)
-    origin.mkdir(parents=True)
-    clone.mkdir(parents=True)
-    subprocess.run(["git", "init", "-q", str(clone)], check=True)
-    subprocess.run(["git", "-C", str(clone), "remote", "add", "origin", str(origin)], check=True)
-    assert sources.upstream_dir({}, root=clone) == (tmp_path / "work" / "shared" / "upstream").resolve()
-    subprocess.run(["git", "-C", str(clone), "remote", "set-url", "origin", "https://example.invalid/repo.git"],
-                   check=True)
-    with pytest.raises(MetronomeError, match="METRONOME_UPSTREAM_DIR"):
-        sources.upstream_dir({}, root=clone)

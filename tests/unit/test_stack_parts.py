@@ -172,7 +172,8 @@ def test_missing_programs_skip_optional_components_and_fail_required_ones(tmp_pa
     stack = Stack(tmp_path)
     found = stack._resolve_programs()
     assert set(found) == {"webhook", "controller"}
-    assert set(stack.skipped) == {"kube-controller-manager", "kube-scheduler", "kwok", "kueue"}
+    assert set(stack.skipped) == {"kube-controller-manager", "kube-scheduler", "kwok", "kueue", "volcano-webhook",
+                                  "volcano-controller-manager", "volcano-scheduler"}
     with pytest.raises(binaries.MissingBinary, match="kwok: kwok is not built"):
         Stack(tmp_path, required=["kwok"])._resolve_programs()
 
@@ -185,6 +186,8 @@ def test_every_component_program_is_a_known_tool() -> None:
 
 
 def test_dev_cluster_samples_are_valid_manifests() -> None:
+    (job,) = list(yaml.safe_load_all(devcluster.SAMPLE_VOLCANO_JOB))
+    assert job["kind"] == "Job" and job["spec"]["schedulerName"] == "volcano" and job["spec"]["minAvailable"] == 2
     group, *pods = list(yaml.safe_load_all(devcluster.sample_podgroup(members=3)))
     assert group["kind"] == "PodGroup" and group["spec"]["minMember"] == 3 and len(pods) == 3
     windows = json.loads(group["metadata"]["annotations"][api.WINDOWS])

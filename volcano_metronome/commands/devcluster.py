@@ -22,6 +22,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     up.add_argument("--racks", type=int, default=4, help="leaf switches, one rack each (default 4)")
     up.add_argument("--nodes-per-rack", type=int, default=4, help="fake nodes per rack (default 4)")
     up.add_argument("--gpus-per-node", type=int, default=8, help="nvidia.com/gpu per node (default 8)")
+    up.add_argument("--keep-state", action="store_true",
+                    help="bring back the objects of the previous run (default: a stopped cluster starts empty)")
     down = actions.add_parser("down", help="stop every process of the dev cluster")
     down.add_argument("--purge", action="store_true", help="also delete its certificates, data and logs")
     status = actions.add_parser("status", help="report each process of the dev cluster")
@@ -40,7 +42,7 @@ def run(args: argparse.Namespace) -> int:
             if getattr(args, flag) < 1:
                 raise InvalidInput(f"--{flag.replace('_', '-')}", getattr(args, flag), "a positive integer")
         layout = fabric.Layout(racks=args.racks, nodes_per_rack=args.nodes_per_rack, gpus_per_node=args.gpus_per_node)
-        current = devcluster.up(layout=layout, progress=progress)
+        current = devcluster.up(layout=layout, keep_state=args.keep_state, progress=progress)
         print(fabric.node_summary(layout))
         print(devcluster.sample_text(current))
         return 0

@@ -1,4 +1,5 @@
-"""``volcano-metronome tools build|path|list``: the Kubernetes programs built from tools/ Go modules."""
+"""``volcano-metronome tools build|path|list|upstream``: the programs built from pinned Go modules, and the
+upstream test data of the pinned versions."""
 
 from __future__ import annotations
 
@@ -24,6 +25,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     path.add_argument("name", metavar="NAME")
     listing = actions.add_parser("list", help="list known programs, their versions and whether they are built")
     listing.add_argument("--json", action="store_true", help="print one JSON object per program")
+    actions.add_parser(
+        "upstream",
+        help="gather the upstream CRDs and examples of the pinned versions into the cache; print the directory",
+        description="Gather the upstream CRDs and example manifests the tests use, from the pinned Volcano, Kueue "
+        "and scheduler-plugins modules (parts no module provides: from $METRONOME_UPSTREAM_DIR or "
+        "../shared/upstream), into the user's cache; print the directory. SOURCES.json there says where each "
+        "file came from.",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -33,13 +42,18 @@ def run(args: argparse.Namespace) -> int:
     if args.tools_action == "path":
         print(binaries.binary_path(args.name))
         return 0
+    if args.tools_action == "upstream":
+        from volcano_metronome.devtools import upstream
+
+        print(upstream.gather(progress=lambda message: print(message, file=sys.stderr, flush=True)))
+        return 0
     if args.tools_action == "list":
         for row in binaries.describe():
             if args.json:
                 print(json.dumps(row), flush=True)
             else:
                 state = "built" if row["built"] else "not built"
-                print(f"{row['name']:<24} {row['version']:<10} {row['tier']:<12} {state:<10} {row['path']}")
+                print(f"{row['name']:<28} {row['version']:<10} {row['tier']:<12} {state:<10} {row['path']}")
         return 0
     names = list(binaries.TOOLS) if args.all else (args.names or list(binaries.default_names()))
     for name in names:

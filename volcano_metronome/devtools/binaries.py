@@ -25,6 +25,9 @@ from dataclasses import dataclass
 from typing import Callable, Iterable, Sequence
 
 from volcano_metronome.core.errors import MetronomeError
+from volcano_metronome.devtools import gosource
+from volcano_metronome.devtools.recipes import TOOLS as TOOLS
+from volcano_metronome.devtools.recipes import Tool as Tool
 
 # Bump when the way binaries are built changes in a way go.mod/go.sum do not show.
 _RECIPE_VERSION = "1"
@@ -41,21 +44,6 @@ class BuildFailed(MetronomeError):
 
 class UnknownTool(MetronomeError):
     """A name that is not one of :data:`TOOLS`."""
-
-
-@dataclass(frozen=True)
-class Tool:
-    """How to build one program: which Go module group, which package, which version stamp."""
-
-    name: str
-    group: str  # directory under tools/ holding the go.mod that pins it
-    package: str  # Go package path of the main package
-    module: str  # module whose selected version names the binary
-    tier: str  # "integration" (built on every CI run) or "e2e" (only with METRONOME_E2E=1)
-    # -X assignments; {version}, {major} and {minor} are filled from the module version.
-    version_flags: tuple[str, ...] = ()
-    # Files of ``module`` the program needs at run time, copied beside the binary under share/.
-    module_files: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -77,97 +65,6 @@ class BuildResult:
             "cached": self.cached,
             "path": str(self.path),
         }
-
-
-_K8S_VERSION = "k8s.io/component-base/version"
-# Without these a Kubernetes program reports v0.0.0-master, which clients that gate features on the
-# server version (Kueue, kubectl) misread.
-_K8S_VERSION_FLAGS = (
-    f"{_K8S_VERSION}.gitVersion={{version}}",
-    f"{_K8S_VERSION}.gitMajor={{major}}",
-    f"{_K8S_VERSION}.gitMinor={{minor}}",
-    f"{_K8S_VERSION}.gitTreeState=clean",
-)
-# Kueue's own CRDs and webhook registrations at the pinned version: the manager must run against the
-# CRDs it was built with, and out of cluster its webhooks are registered from these manifests.
-_KUEUE_CRDS = tuple(
-    f"config/components/crd/bases/kueue.x-k8s.io_{plural}.yaml"
-    for plural in (
-        "admissionchecks", "clusterqueues", "cohorts", "localqueues", "multikueueclusters", "multikueueconfigs",
-        "provisioningrequestconfigs", "resourceflavors", "topologies", "workloadpriorityclasses", "workloads",
-    )
-)
-_KUEUE_WEBHOOKS = ("config/components/webhook/manifests.yaml", "config/components/webhook/kustomization.yaml")
-TOOLS: dict[str, Tool] = {
-    tool.name: tool
-    for tool in (
-        Tool(
-            name="kube-apiserver",
-            group="controlplane",
-            package="k8s.io/kubernetes/cmd/kube-apiserver",
-            module="k8s.io/kubernetes",
-            tier="integration",
-            version_flags=_K8S_VERSION_FLAGS,
-        ),
-        Tool(
-            name="etcd",
-            group="controlplane",
-            package="go.etcd.io/etcd/server/v3",
-            module="go.etcd.io/etcd/server/v3",
-            tier="integration",
-        ),
-        Tool(
-            name="helm",
-            group="controlplane",
-            package="helm.sh/helm/v3/cmd/helm",
-            module="helm.sh/helm/v3",
-            tier="integration",
-            version_flags=("helm.sh/helm/v3/internal/version.version={version}",),
-        ),
-        Tool(
-            name="kube-scheduler",
-            group="controlplane",
-            package="k8s.io/kubernetes/cmd/kube-scheduler",
-            module="k8s.io/kubernetes",
-            tier="e2e",
-            version_flags=_K8S_VERSION_FLAGS,
-        ),
-        Tool(
-            name="kube-controller-manager",
-            group="controlplane",
-            package="k8s.io/kubernetes/cmd/kube-controller-manager",
-            module="k8s.io/kubernetes",
-            tier="e2e",
-            version_flags=_K8S_VERSION_FLAGS,
-        ),
-        Tool(
-            name="kwok",
-            group="kwok",
-            package="sigs.k8s.io/kwok/cmd/kwok",
-            module="sigs.k8s.io/kwok",
-            tier="e2e",
-            # kwok already carries its version as a constant ("0.8.0", no "v"), used for image tags.
-            # Run on its own (without kwokctl), kwok needs its Stage objects: the "fast" node and
-            # pod lifecycles plus lease heartbeats, as kwokctl configures them by default.
-            module_files=(
-                "kustomize/stage/node/fast/node-initialize.yaml",
-                "kustomize/stage/node/heartbeat-with-lease/node-heartbeat-with-lease.yaml",
-                "kustomize/stage/pod/fast/pod-ready.yaml",
-                "kustomize/stage/pod/fast/pod-complete.yaml",
-                "kustomize/stage/pod/fast/pod-delete.yaml",
-            ),
-        ),
-        Tool(
-            name="kueue",
-            group="kueue",
-            package="sigs.k8s.io/kueue/cmd/kueue",
-            module="sigs.k8s.io/kueue",
-            tier="e2e",
-            version_flags=("sigs.k8s.io/kueue/pkg/version.GitVersion={version}",),
-            module_files=_KUEUE_CRDS + _KUEUE_WEBHOOKS,
-        ),
-    )
-}
 
 
 def default_names(environ: dict[str, str] | None = None) -> tuple[str, ...]:
@@ -246,17 +143,19 @@ def version_key(name: str, tools: pathlib.Path | None = None) -> tuple[str, str]
     """``(version, key)`` of ``name``: the key names its cache directory."""
     recipe = tool(name)
     group = (tools or tools_dir()) / recipe.group
+    pin_files = (gosource.PIN_FILE,) if recipe.main_module else ("go.mod", "go.sum")
     try:
-        go_mod = (group / "go.mod").read_text()
-        go_sum = (group / "go.sum").read_bytes()
+        pins = [(group / file).read_bytes() for file in pin_files]
     except OSError as exc:
-        raise BuildFailed(f"cannot read the Go module of {name} in {group}: {exc}") from exc
-    version = module_version(go_mod, recipe.module)
+        raise BuildFailed(f"cannot read the pins of {name} in {group}: {exc}") from exc
+    if recipe.main_module:
+        version = gosource.Pin.read(group / gosource.PIN_FILE).version
+    else:
+        version = module_version(pins[0].decode(), recipe.module)
     digest = hashlib.sha256()
     parts = [
         _RECIPE_VERSION.encode(),
-        go_mod.encode(),
-        go_sum,
+        *pins,
         recipe.package.encode(),
         "\0".join(recipe.version_flags).encode(),
     ]
@@ -325,27 +224,29 @@ def _build_one(
     go = shutil.which("go")
     if go is None:
         raise BuildFailed(f"building {name} needs the Go toolchain (`go`) on PATH")
+    workdir = main_module_dir(recipe, tools, progress) if recipe.main_module else tools / recipe.group
     if progress:
         progress(f"building {name} {version} into {target_dir} ...")
     target_dir.mkdir(parents=True, exist_ok=True)
     # Build to a private name, then rename: an interrupted build never looks like a cached one.
     partial = target_dir / f".{name}.partial-{os.getpid()}"
-    command = [go, "build", "-trimpath", "-ldflags", _ldflags(recipe, version), "-o", str(partial), recipe.package]
+    client_go = "" if recipe.main_module else _client_go_version(tools / recipe.group)
+    command = [go, "build", "-trimpath", "-ldflags", _ldflags(recipe, version, client_go), "-o", str(partial), recipe.package]
     env = dict(os.environ)
     env["CGO_ENABLED"] = "0"  # static binaries; no C toolchain needed on CI
     env["GOFLAGS"] = (env.get("GOFLAGS", "") + " -mod=readonly").strip()
     log_path = target_dir / "build.log"
     started = time.monotonic()
     with open(log_path, "wb") as log:
-        completed = subprocess.run(command, cwd=tools / recipe.group, env=env, stdout=log, stderr=subprocess.STDOUT, check=False)
+        completed = subprocess.run(command, cwd=workdir, env=env, stdout=log, stderr=subprocess.STDOUT, check=False)
     seconds = time.monotonic() - started
     if completed.returncode != 0:
         partial.unlink(missing_ok=True)
         raise BuildFailed(
-            f"`go build {recipe.package}` in {tools / recipe.group} failed (exit {completed.returncode}); "
+            f"`go build {recipe.package}` in {workdir} failed (exit {completed.returncode}); "
             f"last lines of {log_path}:\n{_tail(log_path)}"
         )
-    _copy_module_files(recipe, go, env, tools / recipe.group, target_dir)
+    _copy_module_files(recipe, go, env, workdir, target_dir)
     os.replace(partial, target)
     info = {"name": name, "version": version, "package": recipe.package, "seconds": round(seconds, 2)}
     (target_dir / "build.json").write_text(json.dumps(info, indent=2) + "\n")
@@ -370,6 +271,9 @@ def _complete(recipe: Tool, target: pathlib.Path) -> bool:
 def _copy_module_files(recipe: Tool, go: str, env: dict[str, str], group: pathlib.Path, target_dir: pathlib.Path) -> None:
     if not recipe.module_files:
         return
+    if recipe.main_module:
+        _copy_files(recipe, group, target_dir)  # ``group`` is the module's own tree
+        return
     listed = subprocess.run(
         [go, "list", "-m", "-f", "{{.Dir}}", recipe.module],
         cwd=group,
@@ -381,6 +285,10 @@ def _copy_module_files(recipe: Tool, go: str, env: dict[str, str], group: pathli
     module_dir = pathlib.Path(listed.stdout.strip())
     if listed.returncode != 0 or not module_dir.is_dir():
         raise BuildFailed(f"cannot locate the source of {recipe.module} in the module cache: {listed.stderr.strip()}")
+    _copy_files(recipe, module_dir, target_dir)
+
+
+def _copy_files(recipe: Tool, module_dir: pathlib.Path, target_dir: pathlib.Path) -> None:
     for relative in recipe.module_files:
         source = module_dir / relative
         destination = target_dir / "share" / relative
@@ -391,12 +299,37 @@ def _copy_module_files(recipe: Tool, go: str, env: dict[str, str], group: pathli
             raise BuildFailed(f"{recipe.name} needs {relative} from {recipe.module}: {exc}") from exc
 
 
-def _ldflags(recipe: Tool, version: str) -> str:
+def main_module_dir(
+    recipe: Tool, tools: pathlib.Path | None = None, progress: Callable[[str], None] | None = None
+) -> pathlib.Path:
+    """The source tree a ``main_module`` program is built in (module proxy, else the pinned archive)."""
+    tools = tools or tools_dir()
+    pin = gosource.Pin.read(tools / recipe.group / gosource.PIN_FILE)
+    try:
+        return gosource.source_dir(pin, checkout=tools.parent, cache=user_cache_dir("src", "METRONOME_SRC_DIR"),
+                                   progress=progress)
+    except gosource.SourceUnavailable as exc:
+        raise BuildFailed(f"cannot build {recipe.name}: {exc}") from exc
+
+
+def _client_go_version(group: pathlib.Path) -> str:
+    try:
+        return module_version((group / "go.mod").read_text(), "k8s.io/client-go")
+    except (OSError, BuildFailed):
+        return ""
+
+
+def _ldflags(recipe: Tool, version: str, client_go: str = "") -> str:
     match = re.match(r"v(\d+)\.(\d+)", version)
     major, minor = (match.group(1), match.group(2)) if match else ("", "")
+    k8s = re.match(r"v0\.(\d+)", client_go)  # client-go v0.N is Kubernetes 1.N
+    fields = {"version": version, "major": major, "minor": minor, "k8s_major": "1" if k8s else "",
+              "k8s_minor": k8s.group(1) if k8s else ""}
     flags = ["-s", "-w"]  # no symbol table or DWARF: a third smaller, and faster to link
     for assignment in recipe.version_flags:
-        flags.extend(["-X", assignment.format(version=version, major=major, minor=minor)])
+        if "{k8s_" in assignment and not k8s:
+            raise BuildFailed(f"{recipe.name}: {assignment} needs k8s.io/client-go in the go.mod of its group")
+        flags.extend(["-X", assignment.format(**fields)])
     return " ".join(flags)
 
 

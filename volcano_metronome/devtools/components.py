@@ -12,6 +12,8 @@ import pathlib
 import sys
 from typing import Any, Mapping
 
+import yaml
+
 from volcano_metronome.devtools.controlplane import LOOPBACK
 from volcano_metronome.devtools.fabric import KWOK_ANNOTATION
 
@@ -92,6 +94,20 @@ def scheduler_args(
         "--leader-elect=false",
         "--profiling=false",
     ]
+
+
+def kwok_stage(text: str) -> dict[str, Any]:
+    """One of kwok's default Stages, as the stack uses it.
+
+    Changed: ``pod-complete`` finishes at once the running pods owned by a *batch/v1* Job only. Upstream
+    selects any owner of kind ``Job``, which includes Volcano's (``batch.volcano.sh``) Jobs, whose pods are
+    the long-running training gangs the tests watch running, holding their nodes.
+    """
+    stage: dict[str, Any] = yaml.safe_load(text)
+    if stage["metadata"]["name"] == "pod-complete":
+        stage["spec"]["selector"]["matchExpressions"].append(
+            {"key": ".metadata.ownerReferences.[].apiVersion", "operator": "In", "values": ["batch/v1"]})
+    return stage
 
 
 def kwok_args(binary: pathlib.Path, *, kubeconfig: pathlib.Path, stages: pathlib.Path) -> list[str]:

@@ -1,9 +1,10 @@
 """A local cluster to try volcano-metronome by hand: the whole local stack, left running in the background.
 
 ``up()`` starts a :class:`~volcano_metronome.devtools.stack.Stack` (control plane, kube-controller-
-manager, kube-scheduler, kwok with fake GPU nodes, our CRDs, webhook and controller, the Kueue
-manager) with every component whose program is built, detaches from it, and writes sample
-manifests. State lives in ``~/.cache/volcano-metronome/dev-cluster/``
+manager, kube-scheduler, kwok with fake GPU nodes, Volcano's webhook manager, controller-manager and
+scheduler, our CRDs, webhook and controller, the Kueue manager) with every component whose program is
+built, detaches from it, and writes sample manifests. Without kwok the fake nodes are made Ready once,
+so our controller places the sample even then. State lives in ``~/.cache/volcano-metronome/dev-cluster/``
 (``METRONOME_DEV_CLUSTER_DIR`` overrides); ``down()`` stops every process recorded there and
 ``status()`` reports each one.
 """
@@ -26,6 +27,7 @@ from volcano_metronome.devtools.stack import Stack
 
 SAMPLE_PODGROUP_FILE = "sample-podgroup.yaml"
 SAMPLE_KUEUE_FILE = "sample-kueue.yaml"
+SAMPLE_VOLCANO_JOB_FILE = "sample-volcano-job.yaml"
 
 SAMPLE_PODGROUP_HEADER = """\
 # A Volcano-shaped gang: a PodGroup and the pods that name it, as vc-controller-manager would
@@ -35,6 +37,37 @@ SAMPLE_PODGROUP_HEADER = """\
 # it before it has seen their PodGroup.
 """
 SAMPLE_PROFILE = {api.PERIOD_MS: "200", api.WINDOWS: '[{"start_ms": 0, "len_ms": 60, "gbps": 60}]'}
+
+SAMPLE_VOLCANO_JOB = """\
+# A Volcano Job for the real Volcano: vc-controller-manager makes its PodGroup and pods, our webhook
+# gates them, our controller picks two nodes and the slot, and the Volcano scheduler binds each pod
+# where our controller pinned it. Each pod bursts 60 ms of every 200 ms at 60 Gbps.
+apiVersion: batch.volcano.sh/v1alpha1
+kind: Job
+metadata:
+  name: allreduce-volcano
+  namespace: default
+  annotations:
+    metronome.dev/period-ms: "200"
+    metronome.dev/windows: '[{"start_ms": 0, "len_ms": 60, "gbps": 60}]'
+spec:
+  schedulerName: volcano
+  queue: default
+  minAvailable: 2
+  tasks:
+    - name: worker
+      replicas: 2
+      template:
+        spec:
+          restartPolicy: OnFailure
+          containers:
+            - name: worker
+              image: busybox
+              command: ["sleep", "3600"]
+              resources:
+                requests: {cpu: "1", memory: 200Mi, nvidia.com/gpu: 8}
+                limits: {nvidia.com/gpu: 8}
+"""
 
 SAMPLE_KUEUE = """\
 # Kueue: a ClusterQueue that lists our AdmissionCheck, so Kueue holds each Workload until our
@@ -165,22 +198,31 @@ def up(
     *,
     layout: Layout = Layout(),
     directory: pathlib.Path | None = None,
+    keep_state: bool = False,
     progress: Callable[[str], None] = lambda _: None,
 ) -> Status:
-    """Start (or find running) the dev cluster and return its status."""
+    """Start (or find running) the dev cluster and return its status.
+
+    A cluster that is not running starts empty (its previous etcd data, certificates and logs are
+    deleted) unless ``keep_state``: then it comes back with the objects it had.
+    """
     directory = directory or state_dir()
     current = status(directory)
     if current.running and current.ready:
         progress(f"dev cluster already running at {current.server_url}")
         return current
     if current.processes:
-        # Half of it is running (a crash, a reboot): start clean rather than guess.
+        # Half of it is running (a crash, a reboot): stop it rather than guess.
         down(directory=directory)
+    if not keep_state and directory.exists():
+        progress(f"starting empty (previous state in {directory} deleted; --keep-state keeps it)")
+        shutil.rmtree(directory)
     stack = Stack(directory, layout=layout)
     stack.start(progress)
     stack.detach()
     (directory / SAMPLE_PODGROUP_FILE).write_text(sample_podgroup())
     (directory / SAMPLE_KUEUE_FILE).write_text(SAMPLE_KUEUE)
+    (directory / SAMPLE_VOLCANO_JOB_FILE).write_text(SAMPLE_VOLCANO_JOB)
     return status(directory)
 
 
@@ -236,8 +278,13 @@ def sample_text(current: Status) -> str:
         "",
         f"  export KUBECONFIG={current.kubeconfig}",
         "  kubectl get nodes -L metronome.dev/rack,topology.kubernetes.io/zone",
-        f"  kubectl apply -f {current.state_dir / SAMPLE_PODGROUP_FILE}   # a Volcano-shaped gang",
     ]
+    if "volcano-controller-manager" in current.processes:
+        lines.append(f"  kubectl apply -f {current.state_dir / SAMPLE_VOLCANO_JOB_FILE}   # a Volcano Job, bound by the Volcano scheduler")
+    else:
+        lines.append(f"  kubectl apply -f {current.state_dir / SAMPLE_PODGROUP_FILE}   # a Volcano-shaped gang")
+    if "kube-scheduler" not in current.processes and "volcano-scheduler" not in current.processes:
+        lines.append("  (no scheduler runs: our controller places and ungates the pods, nothing binds them)")
     if "kueue" in current.processes:
         lines.append(f"  kubectl apply -f {current.state_dir / SAMPLE_KUEUE_FILE}      # a Kueue Job, held by our AdmissionCheck")
     lines += [

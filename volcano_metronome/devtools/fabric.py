@@ -76,3 +76,11 @@ def node_summary(layout: Layout) -> str:
         f"{layout.nodes} nodes ({layout.gpus_per_node} x {GPU_RESOURCE} each) in {layout.racks} racks "
         f"({RACK_LABEL}), {layout.racks_per_zone} racks per zone ({ZONE_LABEL})"
     )
+
+
+def ready_status(node: dict[str, Any], now: str) -> dict[str, Any]:
+    """``node``'s status subresource reporting Ready at ``now`` (RFC 3339), for nodes no kwok keeps alive."""
+    condition = {"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "fake node",
+                 "lastHeartbeatTime": now, "lastTransitionTime": now}
+    return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": node["metadata"]["name"]},
+            "status": {**node["status"], "conditions": [condition]}}

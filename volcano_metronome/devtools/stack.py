@@ -22,8 +22,8 @@ mutated by the webhook just registered), so a started stack is usable at once. A
 program is not built is skipped with a note unless it is ``required``; the e2e tier requires all.
 ``detach()`` / :meth:`Stack.attach` let ``dev-cluster`` leave the stack running between commands.
 
-The Volcano scheduler and controller-manager are not part of it: their Go module cannot be fetched
-(see docs/control-plane.md).
+With the Volcano programs built, it also runs Volcano as its chart does (:mod:`~volcano_metronome.devtools.volcano`):
+its webhook manager (after kwok), controller-manager and scheduler, with the CRDs of that build.
 """
 
 from __future__ import annotations
@@ -35,15 +35,13 @@ import shutil
 import ssl
 import subprocess
 import time
-import urllib.error
-import urllib.request
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Iterable, Mapping
 
 import yaml
 
-from volcano_metronome import api, pki
-from volcano_metronome.devtools import binaries, components, registrations, sources
+from volcano_metronome import pki
+from volcano_metronome.devtools import binaries, components, probes, recipes, registrations, sources, volcano
 from volcano_metronome.devtools.apply import ApiClient, ApiError
 from volcano_metronome.devtools.controlplane import (
     LOOPBACK,
@@ -56,7 +54,7 @@ from volcano_metronome.devtools.controlplane import (
     terminate,
     wait_ports_free,
 )
-from volcano_metronome.devtools.fabric import Layout, fake_nodes
+from volcano_metronome.devtools.fabric import Layout, fake_nodes, ready_status
 
 NAMESPACE = "volcano-metronome"
 KUEUE_NAMESPACE = "kueue-system"
@@ -64,13 +62,19 @@ RELEASE = "metronome"  # the Helm release name the webhook configuration is rend
 WEBHOOK_CHART_VALUES: Mapping[str, Any] = {"webhook": {"podSelection": "all"}}
 CONTROLLER_IDENTITY = "local-stack"
 
-# In start order; stopped in reverse.
-COMPONENTS = ("kube-controller-manager", "kube-scheduler", "kwok", "webhook", "kueue", "controller")
+# In start order; stopped in reverse. Volcano's webhooks come first: its controller-manager's Jobs
+# and PodGroups go through them.
+COMPONENTS = ("kube-controller-manager", "kube-scheduler", "kwok", "volcano-webhook", "volcano-controller-manager",
+              "volcano-scheduler", "webhook", "kueue", "controller")
+VOLCANO = ("volcano-webhook", "volcano-controller-manager", "volcano-scheduler")
 # The programs from the binary cache each component needs.
 PROGRAMS: Mapping[str, tuple[str, ...]] = {
     "kube-controller-manager": ("kube-controller-manager",),
     "kube-scheduler": ("kube-scheduler",),
     "kwok": ("kwok",),
+    "volcano-webhook": ("volcano-webhook-manager", "helm"),  # helm renders the chart's registrations
+    "volcano-controller-manager": ("volcano-controller-manager",),
+    "volcano-scheduler": ("volcano-scheduler",),
     "webhook": ("helm",),  # renders the chart's webhook configuration
     "kueue": ("kueue",),
     "controller": (),
@@ -255,24 +259,39 @@ class Stack:
         return found
 
     def _prepare_api(self, client: ApiClient, programs: Mapping[str, Any], progress: Callable[[str], None]) -> None:
-        _forget_local_webhooks(client)
-        for namespace in (NAMESPACE, KUEUE_NAMESPACE):
+        probes.forget_local_webhooks(client)
+        for namespace in (NAMESPACE, KUEUE_NAMESPACE, volcano.NAMESPACE):
             client.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
+        # A running Kueue or Volcano gets the CRDs of its own build; otherwise the pinned upstream ones.
         kueue_crds = (
             [binaries.module_file("kueue", relative) for relative in binaries.tool("kueue").module_files
              if "/crd/" in relative]
             if "kueue" in programs
             else sources.kueue_crd_files()
         )
-        crds = sources.volcano_crd_files() + kueue_crds + sources.our_crd_files()
+        volcano_crds = (
+            [binaries.module_file("volcano-controller-manager", relative) for relative in recipes.VOLCANO_CRDS]
+            if "volcano-controller-manager" in programs
+            else sources.volcano_crd_files()
+        )
+        crds = volcano_crds + kueue_crds + sources.our_crd_files()
         progress(f"installing {len(crds)} CRDs ...")
         client.install_crds(crds)
         nodes = fake_nodes(self.layout)
         progress(f"creating {len(nodes)} fake nodes in {self.layout.racks} racks ...")
+        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         for node in nodes:
             client.apply(node)
             # Status is a subresource: the apply above only keeps labels and annotations.
             client.apply({k: node[k] for k in ("apiVersion", "kind", "metadata", "status")}, subresource="status")
+            # Without kwok nobody reports these nodes Ready: do it once. Without kube-controller-manager's
+            # node-lifecycle controller nobody lifts the not-ready taint the API server put on them: lift it,
+            # as the integration fixtures do (our controller and the schedulers honour taints).
+            if "kwok" not in programs:
+                client.apply(ready_status(node, now), subresource="status")
+            if "kube-controller-manager" not in programs:
+                client.request("PATCH", f"/api/v1/nodes/{node['metadata']['name']}", body=b'{"spec":{"taints":null}}',
+                               content_type="application/merge-patch+json")
 
     # ------------------------------------------------------------------ components
     def _starter(self, name: str) -> Callable[[ApiClient, Mapping[str, pathlib.Path]], None]:
@@ -280,6 +299,9 @@ class Stack:
             "kube-controller-manager": self._start_kube_controller_manager,
             "kube-scheduler": self._start_kube_scheduler,
             "kwok": self._start_kwok,
+            "volcano-webhook": self._start_volcano_webhook,
+            "volcano-controller-manager": self._start_volcano_controller_manager,
+            "volcano-scheduler": self._start_volcano_scheduler,
             "webhook": self._start_webhook,
             "kueue": self._start_kueue,
             "controller": self._start_controller,
@@ -295,7 +317,7 @@ class Stack:
         )
         self._spawn(name, args, port=port)
         context = ssl.create_default_context(cafile=str(self.plane.ca_path))
-        self._wait(name, lambda: _http_ok(f"https://{LOOPBACK}:{port}/healthz", context))
+        self._wait(name, lambda: probes.http_ok(f"https://{LOOPBACK}:{port}/healthz", context))
 
     def _start_kube_scheduler(self, client: ApiClient, programs: Mapping[str, pathlib.Path]) -> None:
         name = "kube-scheduler"
@@ -304,17 +326,46 @@ class Stack:
         args = components.scheduler_args(programs[name], kubeconfig=self.kubeconfig_path, port=port, cert=cert, key=key)
         self._spawn(name, args, port=port)
         context = ssl.create_default_context(cafile=str(self.plane.ca_path))
-        self._wait(name, lambda: _http_ok(f"https://{LOOPBACK}:{port}/healthz", context))
+        self._wait(name, lambda: probes.http_ok(f"https://{LOOPBACK}:{port}/healthz", context))
 
     def _start_kwok(self, client: ApiClient, programs: Mapping[str, pathlib.Path]) -> None:
         # kwok run on its own reads its Stage objects (how fake nodes and pods move through their
         # lifecycle) from --config; the build copied upstream's default stages beside the binary.
-        stages = [binaries.module_file("kwok", relative).read_text() for relative in binaries.tool("kwok").module_files]
+        stages = [components.kwok_stage(binaries.module_file("kwok", relative).read_text())
+                  for relative in binaries.tool("kwok").module_files]
         config = self.directory / "kwok-stages.yaml"
-        config.write_text("\n---\n".join(stage.strip() for stage in stages) + "\n")
+        config.write_text("---\n".join(yaml.safe_dump(stage, sort_keys=False) for stage in stages))
         self._spawn("kwok", components.kwok_args(programs["kwok"], kubeconfig=self.kubeconfig_path, stages=config))
         expected = self.layout.nodes
-        self._wait("kwok", lambda: _ready_nodes(client) >= expected, what=f"{expected} Ready nodes")
+        self._wait("kwok", lambda: probes.ready_nodes(client) >= expected, what=f"{expected} Ready nodes")
+
+    def _start_volcano_webhook(self, client: ApiClient, programs: Mapping[str, pathlib.Path]) -> None:
+        name = "volcano-webhook"
+        certs = self.directory / name / "certs"
+        port, health = free_ports(2)
+        ca_pem = self._webhook_certs(certs, "volcano-admission-service")
+        self._spawn(name, volcano.webhook_manager_args(programs["volcano-webhook-manager"], kubeconfig=self.kubeconfig_path,
+                                                       port=port, healthz_port=health, cert_dir=certs), port=port)
+        template = binaries.module_file("volcano-webhook-manager", recipes.VOLCANO_WEBHOOKS)
+        kube_version = binaries.version_key("kube-apiserver")[0].lstrip("v")
+        for configuration in volcano.render_webhooks(programs["helm"], template, kube_version=kube_version):
+            client.apply(registrations.point_at_url(configuration, f"https://{LOOPBACK}:{port}", ca_pem))
+        self._wait(name, lambda: probes.volcano_mutates_queues(client), what="the API server calling Volcano's webhooks")
+
+    def _start_volcano_controller_manager(self, client: ApiClient, programs: Mapping[str, pathlib.Path]) -> None:
+        name = "volcano-controller-manager"
+        health, metrics = free_ports(2)
+        self._spawn(name, volcano.controller_manager_args(programs[name], kubeconfig=self.kubeconfig_path,
+                                                          healthz_port=health, metrics_port=metrics), port=health)
+        self._wait(name, lambda: probes.http_ok(f"http://{LOOPBACK}:{health}/healthz"))
+
+    def _start_volcano_scheduler(self, client: ApiClient, programs: Mapping[str, pathlib.Path]) -> None:
+        name = "volcano-scheduler"
+        health, metrics = free_ports(2)
+        conf = volcano.scheduler_conf(binaries.module_file(name, recipes.VOLCANO_SCHEDULER_CONF), self.directory / name / "conf")
+        self._spawn(name, volcano.scheduler_args(programs[name], kubeconfig=self.kubeconfig_path, conf=conf, healthz_port=health,
+                                                 metrics_port=metrics, dump_dir=self.directory / name), port=health)
+        self._wait(name, lambda: probes.http_ok(f"http://{LOOPBACK}:{health}/healthz"))
 
     def _start_webhook(self, client: ApiClient, programs: Mapping[str, pathlib.Path]) -> None:
         name = "webhook"
@@ -326,13 +377,13 @@ class Stack:
         )
         self._spawn(name, args, port=port, env=components.python_env(sources.repo_root()))
         context = ssl.create_default_context(cafile=str(work / "certs" / "ca.crt"))
-        self._wait(name, lambda: _http_ok(f"https://{LOOPBACK}:{port}/readyz", context))
+        self._wait(name, lambda: probes.http_ok(f"https://{LOOPBACK}:{port}/readyz", context))
         configuration = registrations.render_chart_webhooks(
             programs["helm"], sources.chart_dir(), release=RELEASE, namespace=NAMESPACE,
             values=WEBHOOK_CHART_VALUES, kube_version=binaries.version_key("kube-apiserver")[0].lstrip("v"),
         )
         client.apply(registrations.point_at_url(configuration, f"https://{LOOPBACK}:{port}", ca_pem))
-        self._wait(name, lambda: _webhook_mutates_podgroups(client), what="the API server calling the webhook")
+        self._wait(name, lambda: probes.webhook_mutates_podgroups(client), what="the API server calling the webhook")
 
     def _start_kueue(self, client: ApiClient, programs: Mapping[str, pathlib.Path]) -> None:
         name = "kueue"
@@ -352,12 +403,12 @@ class Stack:
         )
         self._spawn(name, argv, port=health, env={**os.environ, **extra})
         # /readyz includes Kueue's own check that its webhook server is serving.
-        self._wait(name, lambda: _http_ok(f"http://{LOOPBACK}:{health}/readyz"))
+        self._wait(name, lambda: probes.http_ok(f"http://{LOOPBACK}:{health}/readyz"))
         manifests, kustomization = (binaries.module_file("kueue", relative) for relative in binaries.tool("kueue").module_files
                                     if "/webhook/" in relative)
         for configuration in registrations.kueue_webhooks(manifests, kustomization):
             client.apply(registrations.point_at_url(configuration, f"https://{LOOPBACK}:{webhook}", ca_pem))
-        self._wait(name, lambda: _kueue_suspends_jobs(client), what="the API server calling Kueue's webhooks")
+        self._wait(name, lambda: probes.kueue_suspends_jobs(client), what="the API server calling Kueue's webhooks")
 
     def _start_controller(self, client: ApiClient, programs: Mapping[str, pathlib.Path]) -> None:
         name = "controller"
@@ -367,7 +418,7 @@ class Stack:
         config.write_text(yaml.safe_dump(settings))
         args = components.controller_args(kubeconfig=self.kubeconfig_path, config=config, identity=CONTROLLER_IDENTITY)
         self._spawn(name, args, port=port, env=components.python_env(sources.repo_root()))
-        self._wait(name, lambda: _http_ok(f"http://{LOOPBACK}:{port}/readyz"))
+        self._wait(name, lambda: probes.http_ok(f"http://{LOOPBACK}:{port}/readyz"))
 
     # ------------------------------------------------------------------ helpers
     def _serving_cert(self, name: str) -> tuple[pathlib.Path, pathlib.Path]:
@@ -417,61 +468,3 @@ class Stack:
             "processes": {name: {"record": asdict(p.record), "port": p.port} for name, p in self._processes.items()},
         }
         (self.directory / _STATE_FILE).write_text(json.dumps(state, indent=2) + "\n")
-
-
-def _forget_local_webhooks(client: ApiClient) -> None:
-    """Delete webhook configurations a previous start registered (they call loopback URLs).
-
-    A restarted stack reuses its etcd data; until each webhook server is up again, its old
-    registration (failure policy Fail, a port nobody listens on any more) would refuse requests.
-    """
-    for kind in ("mutatingwebhookconfigurations", "validatingwebhookconfigurations"):
-        path = f"/apis/admissionregistration.k8s.io/v1/{kind}"
-        for configuration in client.request("GET", path).get("items", []):
-            urls = [str((w.get("clientConfig") or {}).get("url", "")) for w in configuration.get("webhooks") or []]
-            if urls and all(url.startswith(f"https://{LOOPBACK}:") for url in urls):
-                client.request("DELETE", f"{path}/{configuration['metadata']['name']}")
-
-
-def _http_ok(url: str, context: ssl.SSLContext | None = None) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=2.0, context=context) as response:
-            return int(response.status) == 200
-    except (OSError, urllib.error.HTTPError):
-        return False
-
-
-def _ready_nodes(client: ApiClient) -> int:
-    nodes = client.request("GET", "/api/v1/nodes").get("items", [])
-    return sum(
-        1 for node in nodes
-        if any(c.get("type") == "Ready" and c.get("status") == "True" for c in (node.get("status") or {}).get("conditions") or [])
-    )
-
-
-def _webhook_mutates_podgroups(client: ApiClient) -> bool:
-    """A dry-run PodGroup with a catalog model comes back with a resolved profile: our webhook is called."""
-    probe = {
-        "apiVersion": "scheduling.volcano.sh/v1beta1",
-        "kind": "PodGroup",
-        "metadata": {"name": "metronome-probe", "annotations": {api.MODEL: "resnet50"}},
-        "spec": {"minMember": 1},
-    }
-    created = client.request("POST", "/apis/scheduling.volcano.sh/v1beta1/namespaces/default/podgroups",
-                             body=json.dumps(probe).encode(), query={"dryRun": "All"})
-    return api.PROFILE in (created.get("metadata", {}).get("annotations") or {})
-
-
-def _kueue_suspends_jobs(client: ApiClient) -> bool:
-    """A dry-run batch Job labelled for a Kueue queue comes back suspended: Kueue's webhook is called."""
-    probe = {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {"name": "metronome-probe", "labels": {api.KUEUE_QUEUE_NAME: "metronome-probe"}},
-        "spec": {
-            "template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "busybox"}]}},
-        },
-    }
-    created = client.request("POST", "/apis/batch/v1/namespaces/default/jobs",
-                             body=json.dumps(probe).encode(), query={"dryRun": "All"})
-    return bool(created.get("spec", {}).get("suspend"))
