@@ -9,7 +9,10 @@ half fills and the free node, so the two always share one NIC. Each bursts 80 Gb
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
+import math
+from typing import Any
 
 import pytest
 
@@ -17,7 +20,7 @@ from tests.controller import builders as b
 from tests.controller.cluster import timing
 from tests.controller.fake import FakeApi
 from volcano_metronome import api, kube
-from volcano_metronome.controller import objects
+from volcano_metronome.controller import objects, reconcile
 from volcano_metronome.controller.loop import Controller
 from volcano_metronome.controller.observe import claim_view
 from volcano_metronome.controller.policy import parse
@@ -277,3 +280,31 @@ def test_a_claim_without_locked_reads_as_locked() -> None:
             "status": {"nodes": ["n0"], "members": [1], "offsetMs": 5, "periodMs": 200, "epoch": 0}}
     assert claim_view(base).locked is True
     assert claim_view({**base, "status": {**base["status"], "locked": False}}).locked is False
+
+
+def test_a_gang_the_core_relocates_with_its_lock_gets_the_new_offset(fake: FakeApi,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """``Decision.relocations``: the controller publishes the offset the core moved a free gang to."""
+    add_gang(fake, "a")
+    converge(controller(fake))
+    first = claim(fake, "a")["status"]
+    real = reconcile.decide
+    moved_to = math.fmod(first["offsetMs"] + PERIOD / 2, PERIOD)
+
+    def relocating(world: Any, settings: Any, now_s: float) -> reconcile.Decided:
+        decided = real(world, settings, now_s)
+        uid = next(g.uid for g in world.gangs if g.key.name == "a")
+        if uid not in decided.locks:
+            return decided
+        return dataclasses.replace(decided, relocations={uid: moved_to})
+
+    monkeypatch.setattr(reconcile, "decide", relocating)
+    add_gang(fake, "b")
+    later = NOW + 100
+    converge(controller(fake, later))
+    a = claim(fake, "a")["status"]
+    assert a["locked"] is True and a["offsetMs"] == moved_to != first["offsetMs"]
+    assert a["epoch"] == epoch_at_or_after(later * 1000 + SETTINGS.reconfigure_lead_ms, SETTINGS)
+    note = next(c for c in a["conditions"] if c["type"] == "Reconfigured")["message"]
+    assert "moved to lock with" in note and "PodGroup/b" in note
+    assert_pods_follow(fake, "a")
