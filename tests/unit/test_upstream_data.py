@@ -28,6 +28,11 @@ def no_sources(monkeypatch: pytest.MonkeyPatch, tmp_path: pathlib.Path) -> dict[
     return trees
 
 
+def _env(tmp_path: pathlib.Path, **extra: str) -> dict[str, str]:
+    """The environment a lookup sees: the test's own cache, never the user's."""
+    return {"METRONOME_UPSTREAM_CACHE": str(tmp_path / "cache"), **extra}
+
+
 def _checkout(tmp_path: pathlib.Path) -> pathlib.Path:
     """A checkout whose tools/ pins are the real ones, with nothing beside it."""
     real = sources.repo_root() / "tools"
@@ -49,7 +54,7 @@ def _shared(base: pathlib.Path) -> pathlib.Path:
 def test_missing_parts_are_named_in_one_error(tmp_path: pathlib.Path, no_sources: dict[str, pathlib.Path]) -> None:
     checkout = _checkout(tmp_path)
     with pytest.raises(MetronomeError) as failure:
-        sources.upstream_dir({}, root=checkout)
+        sources.upstream_dir(_env(tmp_path), root=checkout)
     message = str(failure.value)
     for part in upstream.PARTS:
         assert f"{part.name} (" in message
@@ -64,7 +69,7 @@ def test_modules_first_then_the_override_per_part(tmp_path: pathlib.Path, no_sou
     (kueue / "config" / "components" / "crd" / "bases" / "kueue.x-k8s.io_workloads.yaml").write_text("kind: CRD\n")
     no_sources["sigs.k8s.io/kueue"] = kueue
     shared = _shared(tmp_path / "data")
-    gathered = sources.upstream_dir({"METRONOME_UPSTREAM_DIR": str(shared)}, root=_checkout(tmp_path))
+    gathered = sources.upstream_dir(_env(tmp_path, METRONOME_UPSTREAM_DIR=str(shared)), root=_checkout(tmp_path))
     assert [p.name for p in sources.kueue_crd_files(gathered)] == ["kueue.x-k8s.io_workloads.yaml"]
     assert [p.name for p in sources.volcano_crd_files(gathered)] == ["from-shared.yaml"]
     provenance = json.loads((gathered / "SOURCES.json").read_text())
@@ -73,7 +78,8 @@ def test_modules_first_then_the_override_per_part(tmp_path: pathlib.Path, no_sou
     assert provenance["examples/kueue/from-shared.yaml"] == f"fallback: {shared.resolve()}/examples/kueue/from-shared.yaml"
     # Gathered once: a second lookup reuses it even with the sources gone.
     no_sources.clear()
-    assert sources.upstream_dir({"METRONOME_UPSTREAM_DIR": str(shared)}, root=_checkout(tmp_path / "again")) == gathered
+    again = sources.upstream_dir(_env(tmp_path, METRONOME_UPSTREAM_DIR=str(shared)), root=_checkout(tmp_path / "again"))
+    assert again == gathered
 
 
 def test_a_clone_made_elsewhere_falls_back_to_shared_beside_its_origin(
@@ -83,7 +89,7 @@ def test_a_clone_made_elsewhere_falls_back_to_shared_beside_its_origin(
     origin.mkdir(parents=True)
     subprocess.run(["git", "init", "-q", str(clone)], check=True)
     subprocess.run(["git", "-C", str(clone), "remote", "add", "origin", str(origin)], check=True)
-    gathered = sources.upstream_dir({}, root=clone)
+    gathered = sources.upstream_dir(_env(tmp_path), root=clone)
     assert (gathered / "examples" / "volcano" / "from-shared.yaml").is_file()
 
 
