@@ -297,8 +297,11 @@ def observe(inputs: Inputs, settings: Settings) -> World:
         if stuck and not gang.waiting_for:  # decided again once their owners have replaced them
             gang = replace(gang, waiting_for=f"{len(stuck)} pod(s) pinned to vanished nodes to be replaced")
         if gang.pending:  # only a decision needs it; placed gangs keep the nodes they have
+            # Pods we already pinned (a gang decided again after a node vanished) carry our old decision's
+            # affinity, not constraints of their own: the gated ones speak for the gang.
+            waiting = tuple(p for p in gang.pods if p.gated) or gang.pods
             gang = replace(gang, nodes=eligibility.eligible_nodes(
-                inputs.nodes, member_specs(key, found, gang.pods, flavors), memo))
+                inputs.nodes, member_specs(key, found, waiting, flavors), memo))
         gangs.append(gang)
 
     claimed = {g.claim.key for g in gangs if g.claim is not None and not g.finished}
