@@ -215,3 +215,31 @@ def test_stranded_ignores_bound_gated_and_terminating_pods() -> None:
     views = [pod_view(p, b.GPU) for p in (stuck, bound, gated, going)]
     assert vanished.stranded(views, live) == (views[0],)
     assert vanished.stranded(views, frozenset()) == ()
+
+
+def test_a_kueue_workload_is_sent_back_to_kueue_not_stripped_of_pods() -> None:
+    from tests.controller.test_kueue_and_reoptimisation import NS as KNS, kueue_cluster, our_entry, run
+
+    f = kueue_cluster()
+    wl = b.workload(KNS, "job-a", 2)
+    wl["status"] = b.quota_reserved_status("cq", 2)
+    f.put(kube.WORKLOADS, wl)
+    ctl = f.controller(NOW)
+    run(ctl)
+    assert our_entry(f, "job-a")["state"] == "Ready"
+    nodes = f.obj(kube.CLAIMS, KNS, "workload-job-a")["status"]["nodes"]
+    _vanish(f, nodes[0])
+    run(ctl)
+    entry = our_entry(f, "job-a")
+    assert entry["state"] == "Retry" and f"{nodes[0]} vanished before the gang was bound" in entry["message"]
+    claim = f.obj(kube.CLAIMS, KNS, "workload-job-a")
+    assert claim["status"]["nodes"] == [] and objects.condition_true(claim, vanished.VANISHED)
+    assert not any(w[0] == "delete" for w in f.writes)
+    # Kueue evicts, requeues and reserves again (our check back to Pending): decided again on live nodes.
+    current = f.obj(kube.WORKLOADS, KNS, "job-a")
+    current["status"]["admissionChecks"] = [{**our_entry(f, "job-a"), "state": "Pending", "message": ""}]
+    f.put(kube.WORKLOADS, current)
+    run(ctl)
+    assert our_entry(f, "job-a")["state"] == "Ready"
+    again = f.obj(kube.CLAIMS, KNS, "workload-job-a")["status"]["nodes"]
+    assert len(again) == 2 and nodes[0] not in again
