@@ -59,7 +59,9 @@ def test_a_vanished_node_under_an_unbound_gang_re_decides_it_on_live_nodes() -> 
     _vanish(fake, old[0])
     fake.events.clear()
 
-    plan, outcome = ctl.cycle()
+    _, released = ctl.cycle()  # first the claim (and the Events), then the deletes
+    assert released.redecided == [f"{NS}/PodGroup/v"] and len(pods_of(fake, "v")) == 2
+    _, outcome = ctl.cycle()
     claim = claim_of(fake, "v")
     assert claim["status"]["nodes"] == [] and claim["status"]["members"] == []
     placed = objects.condition(claim, "Placed")
@@ -74,7 +76,7 @@ def test_a_vanished_node_under_an_unbound_gang_re_decides_it_on_live_nodes() -> 
     warnings = [e for e in fake.events if e["reason"] == vanished.VANISHED]
     assert {e["regarding"]["kind"] for e in warnings} == {"PodGroup", "STBandwidthClaim"}
     assert all(e["type"] == "Warning" for e in warnings)
-    assert outcome.redecided == [f"{NS}/PodGroup/v"] and outcome.deleted_pods == 2
+    assert outcome.deleted_pods == 2
     text = ctl.metrics.exposition().decode()
     assert "metronome_controller_vanished_node_redecisions_total 1.0" in text
     assert "metronome_controller_stranded_pods_deleted_total 2.0" in text
@@ -105,6 +107,7 @@ def test_only_the_pods_pinned_to_the_vanished_node_are_deleted_bound_ones_never(
     bound["spec"]["nodeName"] = pinned["v-worker-0"]
     fake.put(kube.PODS, bound)
     _vanish(fake, pinned["v-worker-2"])
+    ctl.cycle()
     ctl.cycle()
     assert sorted(objects.name(p) for p in pods_of(fake, "v")) == ["v-worker-0", "v-worker-1"]
     assert claim_of(fake, "v")["status"]["nodes"] == []
@@ -176,6 +179,7 @@ def test_a_pod_changed_since_it_was_read_is_not_deleted() -> None:
     ctl = controller(fake)
     converge(ctl)
     _vanish(fake, claim_of(fake, "v")["status"]["nodes"][0])
+    ctl.cycle()  # the claim released
     fake.freeze_views()  # the informer still serves the pods as they were
     changed = fake.obj(kube.PODS, NS, "v-worker-0")
     fake.put(kube.PODS, changed)  # a new resourceVersion (bound by now, say)
@@ -243,3 +247,29 @@ def test_a_kueue_workload_is_sent_back_to_kueue_not_stripped_of_pods() -> None:
     assert our_entry(f, "job-a")["state"] == "Ready"
     again = f.obj(kube.CLAIMS, KNS, "workload-job-a")["status"]["nodes"]
     assert len(again) == 2 and nodes[0] not in again
+
+
+def test_a_failed_delete_converges_without_a_second_announcement() -> None:
+    fake = _fake()
+    templates = _volcano_gang(fake)
+    ctl = controller(fake)
+    converge(ctl)
+    old = claim_of(fake, "v")["status"]["nodes"]
+    _vanish(fake, old[0])
+    fake.events.clear()
+    fake.fail(lambda verb, plural, name: verb == "delete" and plural == "pods", kube.Unavailable("down", 503))
+    ctl.cycle()
+    assert claim_of(fake, "v")["status"]["nodes"] == []
+    assert len([e for e in fake.events if e["reason"] == vanished.VANISHED]) == 2
+    _, outcome = ctl.cycle()
+    assert len(pods_of(fake, "v")) == 1 and outcome.deleted_pods == 1
+    # A new leader (no memory of that cycle) finishes the job from what the API server holds.
+    successor = controller(fake)
+    successor.cycle()
+    assert pods_of(fake, "v") == []
+    assert len([e for e in fake.events if e["reason"] == vanished.VANISHED]) == 2
+    _recreate(fake, templates)
+    converge(successor)
+    new = claim_of(fake, "v")["status"]["nodes"]
+    assert len(new) == 2 and old[0] not in new
+    assert all(objects.pinned_nodes(p) == tuple(new) for p in pods_of(fake, "v"))

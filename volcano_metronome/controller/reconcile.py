@@ -691,8 +691,9 @@ def _never_fits(gang: GangView, world: World) -> bool:
 
 
 def _redecide(gang: GangView, lost: vanished.Loss, settings: Settings, now_s: float) -> GangWrites:
-    """Release a claim holding a vanished node and delete the gang's stranded pods (``controller.vanished``);
-    the gang is decided again once its members are back. Announced once: with the claim's condition."""
+    """Release a claim holding a vanished node, then (next cycle) delete the gang's stranded pods
+    (``controller.vanished``); the gang is decided again once its members are back. Announced once: with
+    the claim's condition."""
     claim = gang.claim
     workload = gang.check is not None and gang.obj is not None
     message = lost.message(workload)
@@ -714,7 +715,9 @@ def _redecide(gang: GangView, lost: vanished.Loss, settings: Settings, now_s: fl
                                 "namespace": claim.namespace}, vanished.VANISHED, message, "Warning"))
     if workload and lost.release:
         after.insert(0, _check(gang, "Retry", message, now_s))
-    deletes = () if workload else tuple(
+    # The deletes come the cycle after the release (planned from the released claim), so that the Events,
+    # which follow the claim's writes, never depend on the deletes landing.
+    deletes = () if workload or lost.release else tuple(
         DeletePod(p.namespace, p.name, str(objects.meta(p.obj).get("uid") or ""), p.resource_version)
         for p in lost.doomed)
     return GangWrites(str(gang.key), writes, deletes, tuple(after), transition=REDECIDING if lost.release else "",

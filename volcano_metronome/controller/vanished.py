@@ -70,8 +70,8 @@ class Loss:
                 f"bound; re-deciding")
         if workload:
             return text + ": admission check set to Retry (Kueue evicts and requeues the Workload)"
-        if self.doomed:
-            text += f": deleting {len(self.doomed)} unbound pod(s) pinned there for their owners to recreate"
+        if self.doomed:  # no count: the message must not change as the deletes land (it is announced once)
+            text += ": its unbound pods pinned there are deleted for their owners to recreate"
         if self.ownerless:
             names = ", ".join(p.name for p in self.ownerless[:5]) + (
                 f" and {len(self.ownerless) - 5} more" if len(self.ownerless) > 5 else "")
