@@ -157,6 +157,8 @@ class FakeApi:
             return False
         if resource_version and self.objects[key]["metadata"]["resourceVersion"] != resource_version:
             raise Conflict(f"{resource.plural} {name}: precondition failed", 409, "Conflict")
+        if uid and self.objects[key]["metadata"]["uid"] != uid:
+            raise Conflict(f"{resource.plural} {name}: precondition failed: uid", 409, "Conflict")
         del self.objects[key]
         self.writes.append(("delete", resource.plural, name))
         return True

@@ -110,3 +110,96 @@ def test_a_leader_frozen_mid_write_never_writes_after_the_standby_took_over(
         for node in claim["status"]["nodes"]:
             assert node not in used, f"{node} given to {used.get(node)} and {name}"  # 8 GPUs per pod
             used[node] = name
+
+
+def _bind(cluster: Cluster, ns: str, pod: str, node: str) -> None:
+    """What a scheduler does: a Binding through the pod's binding subresource."""
+    cluster.k.request("POST", kube.PODS.path(ns, pod, "binding"), body={
+        "apiVersion": "v1", "kind": "Binding", "metadata": {"name": pod},
+        "target": {"apiVersion": "v1", "kind": "Node", "name": node}})
+
+
+def _gang_pods(cluster: Cluster, ns: str, gang: str) -> dict[str, dict]:  # type: ignore[type-arg]
+    return {objects.name(p): p for p in cluster.pods(ns) if objects.annotations_of(p).get(api.GANG_NAME) == gang}
+
+
+def test_a_node_vanishing_under_a_decided_gang_gets_the_gang_re_decided(
+        cluster: Cluster, tmp_path: pathlib.Path, controllers: list[ControllerProcess]) -> None:
+    cluster.nodes(9)
+    ns = cluster.namespace()
+    # "v": a Volcano Job's two workers (one task role: one node set), owned by a Job that recreates them.
+    job = cluster.k.create(kube.BATCH_JOBS, {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "v"},
+                                             "spec": {"suspend": True, "template": {"spec": {
+                                                 "restartPolicy": "Never",
+                                                 "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}]}}}},
+                           ns)
+    owner = {"apiVersion": "batch/v1", "kind": "Job", "name": "v", "uid": job["metadata"]["uid"], "controller": True}
+    templates = b.volcano_task_pods(ns, "v", [("worker", 2, 8)])
+    cluster.k.create(kube.PODGROUPS, b.podgroup(ns, "v", 2), ns)
+    for p in templates:
+        p["metadata"]["ownerReferences"] = [owner]
+        cluster.k.create(kube.PODS, p, ns)
+    cluster.gang(ns, "bound", 2)  # its pods get bound: a vanished node never costs it a pod
+    cluster.gang(ns, "bare", 2)  # pods without an owner: reported, never deleted
+    ctl = start(cluster, tmp_path, controllers, ns, args=["--no-leader-elect"])
+    wait_until(lambda: cluster.ungated(ns), 60, lambda: f"the first placements\n{ctl.logs()}")
+    claims = cluster.check_consistent(ns)
+    old = {g: claims[f"podgroup-{g}"]["status"]["nodes"] for g in ("v", "bound", "bare")}
+    for name, p in _gang_pods(cluster, ns, "bound").items():
+        _bind(cluster, ns, name, objects.pinned_node(p) or "")
+    bound_before = {n: (p["metadata"]["uid"], p["spec"]["nodeName"]) for n, p in _gang_pods(cluster, ns, "bound").items()}
+    bare_before = {n: p["metadata"]["uid"] for n, p in _gang_pods(cluster, ns, "bare").items()}
+    v_before = {n: p["metadata"]["uid"] for n, p in _gang_pods(cluster, ns, "v").items()}
+
+    gone = [old["v"][0], old["bound"][0], old["bare"][0]]
+    started = time.monotonic()
+    for node in gone:
+        cluster.k.delete(kube.NODES, None, node)
+
+    def owner_recreates() -> bool:
+        """The Job controller's part: once the stranded pods are deleted, recreate them (gated, as the webhook
+        would gate them), under the same names as Volcano's job controller does."""
+        have = _gang_pods(cluster, ns, "v")
+        if any(p["metadata"]["uid"] == v_before.get(n) for n, p in have.items()):
+            return False
+        for p in templates:
+            if objects.name(p) not in have:
+                cluster.k.create(kube.PODS, {k: v for k, v in p.items() if k != "status"}, ns)
+        return True
+
+    wait_until(owner_recreates, 60, lambda: f"the stranded pods' deletion\n{ctl.logs()}")
+    deleted_s = time.monotonic() - started
+
+    def redecided() -> dict | None:  # type: ignore[type-arg]
+        claim = cluster.claims(ns)["podgroup-v"]
+        nodes = claim.get("status", {}).get("nodes") or []
+        pods = _gang_pods(cluster, ns, "v")
+        ok = nodes and len(pods) == 2 and all(not objects.gated_by_us(p) for p in pods.values())
+        return claim if ok else None
+
+    claim = wait_until(redecided, 60, lambda: f"the re-decision\n{ctl.logs()}")
+    total_s = time.monotonic() - started
+    new = claim["status"]["nodes"]
+    live = {objects.name(n) for n in cluster.k.list(kube.NODES)["items"]}
+    assert len(new) == 2 and not set(new) & set(gone) and set(new) <= live
+    for p in _gang_pods(cluster, ns, "v").values():
+        assert objects.pinned_nodes(p) == tuple(new) and p["metadata"]["uid"] not in v_before.values()
+    cond = objects.condition(claim, "NodeVanished")
+    assert cond is not None and (cond["status"], cond["reason"]) == ("False", "Redecided"), claim["status"]
+    events = [e for e in cluster.k.list(kube.EVENTS, ns)["items"] if e["reason"] == "NodeVanished"]
+    about = {(e["regarding"]["kind"], e["regarding"]["name"]) for e in events}
+    assert {("PodGroup", "v"), ("STBandwidthClaim", "podgroup-v")} <= about, about
+    assert all(e["type"] == "Warning" and f"node {old['v'][0]} vanished before the gang was bound; re-deciding"
+               in e["note"] for e in events if e["regarding"]["name"] in ("v", "podgroup-v"))
+    # Bound pods untouched, their claim kept; bare pods reported and kept.
+    assert {n: (p["metadata"]["uid"], p["spec"]["nodeName"])
+            for n, p in _gang_pods(cluster, ns, "bound").items()} == bound_before
+    assert cluster.claims(ns)["podgroup-bound"]["status"]["nodes"] == old["bound"]
+    assert {n: p["metadata"]["uid"] for n, p in _gang_pods(cluster, ns, "bare").items()} == bare_before
+    bare = wait_until(lambda: objects.condition(cluster.claims(ns)["podgroup-bare"], "NodeVanished"), 30,
+                      "the bare gang's report")
+    assert bare["status"] == "True" and bare["reason"] == "OwnerlessPods" and "NOT deleted" in bare["message"]
+    assert wait_until(lambda: ctl.metric("metronome_controller_stranded_pods_deleted_total"), 10, "metrics") == 2
+    assert ctl.metric("metronome_controller_vanished_node_redecisions_total") == 2  # "v" and "bare" released
+    print(f"FAULT-BENCH vanished node: stranded pods deleted {deleted_s:.1f} s after the node deletions; gang "
+          f"re-decided on live nodes and its recreated pods pinned {total_s:.1f} s after")

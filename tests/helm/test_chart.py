@@ -434,7 +434,7 @@ def test_controller_rbac_is_exactly_what_it_needs() -> None:
     read = ("get", "list", "watch")
     own = tuple(sorted(("get", "list", "watch", "create", "update", "patch", "delete")))
     expected = {
-        ("", "pods", tuple(sorted(read + ("patch", "update")))),
+        ("", "pods", tuple(sorted(read + ("patch", "update", "delete")))),  # delete: stranded on a vanished node
         ("", "nodes", read),
         ("", "events", ("create", "patch")),
         ("events.k8s.io", "events", ("create", "patch")),

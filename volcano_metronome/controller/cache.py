@@ -34,6 +34,7 @@ class Overlay:
     """Objects the controller wrote, by (resource plural, namespace, name); thread-safe."""
 
     def __init__(self, ttl_s: float = 120.0, clock: Callable[[], float] = time.monotonic) -> None:
+        # (object or None when deleted, its resourceVersion or the deleted object's uid, when recorded)
         self._objs: dict[_Key, tuple[JSON | None, str, float]] = {}
         self._lock = threading.Lock()
         self._ttl = ttl_s
@@ -49,10 +50,11 @@ class Overlay:
                 return
             self._objs[(plural, ns, name)] = (obj, rv, self._clock())
 
-    def record_deleted(self, plural: str, namespace: str | None, name: str) -> None:
-        """Remember that the object is gone."""
+    def record_deleted(self, plural: str, namespace: str | None, name: str, uid: str = "") -> None:
+        """Remember that the object is gone; with ``uid``, a new object of the same name (e.g. the pod its
+        owner recreates under the same name, as Volcano's job controller does) is shown at once."""
         with self._lock:
-            self._objs[(plural, namespace or None, name)] = (None, "", self._clock())
+            self._objs[(plural, namespace or None, name)] = (None, uid, self._clock())
 
     def __len__(self) -> int:
         with self._lock:
@@ -77,7 +79,7 @@ class Overlay:
                 ours, rv, at = entry
                 theirs = str(meta(obj).get("resourceVersion", ""))
                 if ours is None:
-                    if now - at > self._ttl:
+                    if now - at > self._ttl or (rv and meta(obj).get("uid") not in (None, rv)):
                         del self._objs[(plural, *key)]
                         out.append(obj)
                     continue  # deleted by us; the informer has not heard yet

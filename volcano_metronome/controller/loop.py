@@ -174,10 +174,15 @@ class Controller:
         m.locks.inc(len(outcome.locked))
         m.unlocks.inc(len(outcome.unlocked))
         m.ungated_pods.inc(outcome.ungated)
+        m.redecisions.inc(len(outcome.redecided))
+        m.stranded_pods_deleted.inc(outcome.deleted_pods)
         for (kind, result), n in outcome.by_kind.items():
             m.writes.labels(kind, result).inc(n)
         m.predicted_overflow.set(sum(float(c.status.get("predictedOverflowGbpsMs") or 0.0)
                                      for c in world.claims.values() if c.placed))
+        for gang in outcome.redecided:
+            log.warning("gang %s: a node of its claim vanished before it was bound; released, decided again once "
+                        "its members are back", gang)
         if plan.writes or decided:
             log.info("cycle: %d decided (%d placed), %d pending, %d writes (%d conflicts, %d errors), "
                      "%d pods ungated, %d gangs locked, %d unlocked, %.1f ms", len(decided), len(outcome.placed),

@@ -54,6 +54,10 @@ class Metrics:
                              "their links could collide with them", registry=r)
         self.unlocks = Counter(f"{_PREFIX}_unlocks", "Running gangs let run free: left with no contended link",
                                registry=r)
+        self.redecisions = Counter(f"{_PREFIX}_vanished_node_redecisions", "Gangs whose claim was released to be "
+                                   "decided again: a node of it vanished before the gang was bound", registry=r)
+        self.stranded_pods_deleted = Counter(f"{_PREFIX}_stranded_pods_deleted", "Unbound pods pinned to a vanished "
+                                             "node deleted for their owners to recreate", registry=r)
         self.predicted_overflow = Gauge(f"{_PREFIX}_predicted_overflow_gbps_ms",
                                         "Predicted overflow of the placed gangs, Gbps*ms per period, summed",
                                         registry=r)

@@ -23,7 +23,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from volcano_metronome import api
 from volcano_metronome.controller import eligibility, objects, policy as policies, ranks as ranking, \
-    topology as network
+    topology as network, vanished
 from volcano_metronome.controller.objects import JSON
 from volcano_metronome.controller.policy import QueuePolicyView
 from volcano_metronome.controller.settings import Settings
@@ -266,6 +266,7 @@ def observe(inputs: Inputs, settings: Settings) -> World:
     hostnames = {objects.name(n): str(objects.labels(n)[objects.HOSTNAME_LABEL]) for n in inputs.nodes
                  if objects.labels(n).get(objects.HOSTNAME_LABEL)}
     by_hostname = {h: n for n, h in hostnames.items()}
+    live = frozenset(objects.name(n) for n in inputs.nodes)
     pods_by_gang: dict[GangKey, list[PodView]] = {}
     for pod in inputs.pods:
         key = gang_key_of_pod(pod, owned_by_job)
@@ -292,9 +293,15 @@ def observe(inputs: Inputs, settings: Settings) -> World:
         gang = gang_view(key, found, tuple(sorted(pods_by_gang.get(key, ()), key=lambda p: p.name)), claims, by_ref,
                          pols, our_checks, cq_checks, settings)
         gang = replace(gang, hostnames=hostnames)
+        stuck = vanished.stranded(gang.pods, live)
+        if stuck and not gang.waiting_for:  # decided again once their owners have replaced them
+            gang = replace(gang, waiting_for=f"{len(stuck)} pod(s) pinned to vanished nodes to be replaced")
         if gang.pending:  # only a decision needs it; placed gangs keep the nodes they have
+            # Pods we already pinned (a gang decided again after a node vanished) carry our old decision's
+            # affinity, not constraints of their own: the gated ones speak for the gang.
+            waiting = tuple(p for p in gang.pods if p.gated) or gang.pods
             gang = replace(gang, nodes=eligibility.eligible_nodes(
-                inputs.nodes, member_specs(key, found, gang.pods, flavors), memo))
+                inputs.nodes, member_specs(key, found, waiting, flavors), memo))
         gangs.append(gang)
 
     claimed = {g.claim.key for g in gangs if g.claim is not None and not g.finished}

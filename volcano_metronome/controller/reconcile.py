@@ -45,7 +45,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from volcano_metronome import api
-from volcano_metronome.controller import objects, ranks
+from volcano_metronome.controller import objects, ranks, vanished
 from volcano_metronome.controller.constraints import assign
 from volcano_metronome.controller.objects import JSON
 from volcano_metronome.controller.observe import (GANG_API_VERSIONS, RELEASED, ClaimView, GangView, PodView,
@@ -65,7 +65,7 @@ from volcano_metronome.core.snapshot import Snapshot
 from volcano_metronome.core.topology import Topology
 
 PLACED, NOFIT, RECONFIGURED = "Placed", "NoFit", "Reconfigured"
-LOCKED, UNLOCKED = "Locked", "Unlocked"
+LOCKED, UNLOCKED, REDECIDING = "Locked", "Unlocked", vanished.REDECIDING
 DRIFTED, OUTSIDE_NODE_SET, AS_DECIDED = "Drifted", "BoundOutsideNodeSet", "AsDecided"
 PER_POD, CACHE_RISK, SHARED_PER_ROLE = "PerPodConstraints", "VolcanoPredicateErrorCache", "SharedPerRole"
 # A gang the core could not decide (its input is one no decision exists for, or the core failed on it):
@@ -114,6 +114,17 @@ class PodPatch:
 
 
 @dataclass(frozen=True)
+class DeletePod:
+    """Delete a pod stranded on a vanished node (``controller.vanished``), conditional on its uid and
+    resourceVersion: a pod bound or changed since it was read is left alone."""
+
+    namespace: str
+    name: str
+    uid: str
+    resource_version: str
+
+
+@dataclass(frozen=True)
 class WorkloadCheck:
     """Set the whole ``status.admissionChecks`` list of a Workload (ours changed), conditionally."""
 
@@ -143,7 +154,7 @@ class Event:
     type: str = "Normal"
 
 
-Write = CreateClaim | ClaimStatus | DeleteClaim | PodPatch | WorkloadCheck | StatusPatch | Event
+Write = CreateClaim | ClaimStatus | DeleteClaim | PodPatch | DeletePod | WorkloadCheck | StatusPatch | Event
 
 
 @dataclass(frozen=True)
@@ -152,15 +163,18 @@ class GangWrites:
 
     ``requires`` names other gangs of the plan whose claim writes must succeed first (a deciding gang
     waits for the locks its decision takes); when they fail, this gang waits a cycle.
+    ``vanished`` names nodes the writer must find gone from the API server before it writes anything
+    of this gang (a gang re-decided because they vanished).
     """
 
     gang: str
     claim: tuple[CreateClaim | ClaimStatus | DeleteClaim, ...] = ()
-    pods: tuple[PodPatch, ...] = ()
+    pods: tuple[PodPatch | DeletePod, ...] = ()
     after: tuple[WorkloadCheck | Event, ...] = ()
     placed: bool = False  # this plan records a new decision for the gang
     requires: tuple[str, ...] = ()
-    transition: str = ""  # LOCKED or UNLOCKED when this plan locks or unlocks a running gang
+    transition: str = ""  # LOCKED, UNLOCKED or REDECIDING when this plan locks, unlocks or releases a gang
+    vanished: tuple[str, ...] = ()
 
     def __bool__(self) -> bool:
         return bool(self.claim or self.pods or self.after)
@@ -359,11 +373,14 @@ def plan(world: World, decided: Decided, settings: Settings, now_s: float,
     moved = {m.uid: m for m in moves}
     unlocks = set(reoptimised.unlocks)
     keys = {g.uid: str(g.key) for g in world.gangs}
+    live = frozenset(world.topology.nodes)
     gang_writes: list[GangWrites] = []
     for gang in world.gangs:
         result = decided.results.get(gang.uid)
         if gang.finished:
             w = _release(gang.claim, gang, now_s)
+        elif (lost := vanished.loss(gang, live)) is not None:
+            w = _redecide(gang, lost, settings, now_s)
         elif isinstance(result, Decision):
             w = _place(gang, result, settings, now_s, now_ms, locked=result.locked or gang.uid in decided.locks,
                        topology=world.topology)
@@ -447,6 +464,9 @@ def _place(gang: GangView, d: Decision, settings: Settings, now_s: float, now_ms
                                        "links could collide with it"))
     conds = objects.set_condition(prior, PLACED, "True", PLACED, message, now_s)
     conds = objects.set_condition(conds, NOFIT, "False", PLACED, "placed", now_s)
+    if any(c.get("type") == vanished.VANISHED and c.get("status") == "True" for c in prior):
+        conds = objects.set_condition(conds, vanished.VANISHED, "False", vanished.REDECIDED,
+                                      "decided again on nodes the cluster has", now_s)
     status: JSON = {
         "nodes": list(d.nodes), "members": list(d.members), "offsetMs": d.offset_ms, "periodMs": d.period_ms,
         "epoch": epoch, "links": list(d.links), "predictedOverflowGbpsMs": round(d.overflow_gbps_ms, 6),
@@ -671,6 +691,40 @@ def _never_fits(gang: GangView, world: World) -> bool:
     except InvalidInput:
         return True
     return int(room.sum()) < gang.size
+
+
+def _redecide(gang: GangView, lost: vanished.Loss, settings: Settings, now_s: float) -> GangWrites:
+    """Release a claim holding a vanished node, then (next cycle) delete the gang's stranded pods
+    (``controller.vanished``); the gang is decided again once its members are back. Announced once: with
+    the claim's condition."""
+    claim = gang.claim
+    workload = gang.check is not None and gang.obj is not None
+    message = lost.message(workload)
+    status: JSON = {}
+    prior = claim.conditions if claim is not None else ()
+    conds = objects.set_condition(prior, vanished.VANISHED, "True", lost.reason, message, now_s)
+    if lost.release:
+        conds = objects.set_condition(conds, PLACED, "False", vanished.VANISHED, message, now_s)
+        status = {"nodes": [], "members": [], "links": [], "conditions": conds}
+    elif claim is not None and not objects.same_conditions(conds, prior):
+        status = {"conditions": conds}
+    writes = (ClaimStatus(claim.namespace, claim.name, claim.resource_version, status),) if (
+        claim is not None and status) else ()
+    after: list[WorkloadCheck | Event] = []
+    if settings.events and writes:  # the claim's condition changes with it: announced once
+        after.append(Event(_regarding(gang), vanished.VANISHED, message, "Warning"))
+        if gang.obj is not None and claim is not None:
+            after.append(Event({"apiVersion": api.API_VERSION, "kind": "STBandwidthClaim", "name": claim.name,
+                                "namespace": claim.namespace}, vanished.VANISHED, message, "Warning"))
+    if workload and lost.release:
+        after.insert(0, _check(gang, "Retry", message, now_s))
+    # The deletes come the cycle after the release (planned from the released claim), so that the Events,
+    # which follow the claim's writes, never depend on the deletes landing.
+    deletes = () if workload or lost.release else tuple(
+        DeletePod(p.namespace, p.name, str(objects.meta(p.obj).get("uid") or ""), p.resource_version)
+        for p in lost.doomed)
+    return GangWrites(str(gang.key), writes, deletes, tuple(after), transition=REDECIDING if lost.release else "",
+                      vanished=lost.nodes)
 
 
 def _release(claim: ClaimView | None, gang: GangView | None, now_s: float) -> GangWrites:

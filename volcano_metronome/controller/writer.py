@@ -20,8 +20,9 @@ from typing import Any, Callable, Protocol, Sequence
 from volcano_metronome import kube
 from volcano_metronome.controller.cache import Overlay
 from volcano_metronome.controller.objects import JSON
-from volcano_metronome.controller.reconcile import (LOCKED, ClaimStatus, CreateClaim, DeleteClaim, Event, GangWrites,
-                                                    Plan, PodPatch, StatusPatch, WorkloadCheck)
+from volcano_metronome.controller.reconcile import (LOCKED, REDECIDING, UNLOCKED, ClaimStatus, CreateClaim,
+                                                    DeleteClaim, DeletePod, Event, GangWrites, Plan, PodPatch,
+                                                    StatusPatch, WorkloadCheck)
 from volcano_metronome.kube import Conflict, KubeError, NotFound, Resource
 
 log = logging.getLogger(__name__)
@@ -61,6 +62,8 @@ class Outcome:
     placed: list[str] = field(default_factory=list)
     locked: list[str] = field(default_factory=list)  # running gangs told to align, all their writes done
     unlocked: list[str] = field(default_factory=list)  # running gangs let run free, all their writes done
+    redecided: list[str] = field(default_factory=list)  # claims released for a vanished node, all writes done
+    deleted_pods: int = 0  # pods stranded on a vanished node deleted for their owners to recreate
     failed: list[str] = field(default_factory=list)
     by_kind: dict[tuple[str, str], int] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
@@ -113,7 +116,7 @@ class Writer:
             if good and g.placed:
                 out.placed.append(g.gang)
             if good and g.transition:
-                (out.locked if g.transition == LOCKED else out.unlocked).append(g.gang)
+                {LOCKED: out.locked, UNLOCKED: out.unlocked, REDECIDING: out.redecided}[g.transition].append(g.gang)
         out.failed = sorted({g.gang for g in gangs} - {g.gang for g, good in zip(finish, done) if good})
         self._map(lambda s: self._status(s, out), list(plan.other))
         return out
@@ -138,6 +141,8 @@ class Writer:
     # -- phases
     def _claim_phase(self, g: GangWrites, out: Outcome) -> bool:
         created_rv: str | None = None
+        if g.vanished and not self._gone(g.vanished, out):
+            return False
         for w in g.claim:
             if not self._guard():
                 return False
@@ -185,9 +190,44 @@ class Writer:
             self._refresh(kube.CLAIMS, w.namespace, w.name)
             return None
 
-    def _pod(self, w: PodPatch, out: Outcome) -> bool:
+    def _gone(self, nodes: Sequence[str], out: Outcome) -> bool:
+        """Whether the API server itself (not our node cache, which ``nodeSelector`` filters and which may
+        lag) no longer has any of ``nodes``: only then is a gang re-decided for them."""
+        for node in nodes:
+            try:
+                present = self.api.get(kube.NODES, None, node) is not None
+            except KubeError as exc:
+                out.count("node-check", "error")
+                log.warning("node %s: %s", node, exc)
+                return False
+            if present:
+                out.count("node-check", "exists")
+                log.info("node %s is outside the node cache but exists (nodeSelector?): nothing re-decided", node)
+                return False
+        return True
+
+    def _delete_pod(self, w: DeletePod, out: Outcome) -> bool:
+        try:
+            self.api.delete(kube.PODS, w.namespace, w.name, resource_version=w.resource_version, uid=w.uid or None)
+            self.overlay.record_deleted(kube.PODS.plural, w.namespace, w.name, w.uid)
+            out.count("pod-delete", "ok")
+            with out._lock:
+                out.deleted_pods += 1
+            self._wrote()
+            return True
+        except Conflict:  # changed (maybe bound) since it was read, or replaced: judged again next cycle
+            out.count("pod-delete", "conflict")
+            self._refresh(kube.PODS, w.namespace, w.name)
+        except KubeError as exc:
+            out.count("pod-delete", "error")
+            log.warning("pod %s/%s delete: %s", w.namespace, w.name, exc)
+        return False
+
+    def _pod(self, w: PodPatch | DeletePod, out: Outcome) -> bool:
         if not self._guard():
             return False
+        if isinstance(w, DeletePod):
+            return self._delete_pod(w, out)
         try:
             obj = self.api.patch(kube.PODS, w.namespace, w.name, w.patch, resource_version=w.resource_version)
             self.overlay.record(kube.PODS.plural, obj)
