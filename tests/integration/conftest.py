@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import os
 import pathlib
-from typing import Iterator
+from typing import TYPE_CHECKING, Iterator
 
 import pytest
 
 from volcano_metronome.devtools import binaries
 from volcano_metronome.devtools.controlplane import ControlPlane
+
+if TYPE_CHECKING:
+    from tests.controller.cluster import Cluster, ControllerProcess
 
 _HERE = pathlib.Path(__file__).resolve().parent
 CONTROL_PLANE_BINARIES = ("etcd", "kube-apiserver")
@@ -69,6 +72,34 @@ def control_plane(control_plane_binaries: dict[str, pathlib.Path]) -> Iterator[C
         yield plane
     finally:
         plane.stop()
+
+
+@pytest.fixture(scope="module")
+def kubeconfig(control_plane: ControlPlane) -> pathlib.Path:
+    """The control plane's kubeconfig, with our CRDs installed."""
+    from tests.controller.cluster import ensure_crds
+
+    ensure_crds(control_plane.kubeconfig_path)
+    return control_plane.kubeconfig_path
+
+
+@pytest.fixture
+def cluster(kubeconfig: pathlib.Path) -> Iterator["Cluster"]:
+    """A client of the control plane for one test."""
+    from tests.controller.cluster import Cluster
+
+    c = Cluster(kubeconfig)
+    yield c
+    c.close()
+
+
+@pytest.fixture
+def controllers() -> Iterator[list["ControllerProcess"]]:
+    """Controller processes a test starts; each stopped when the test ends."""
+    started: list[ControllerProcess] = []
+    yield started
+    for ctl in started:
+        ctl.stop()
 
 
 @pytest.fixture(scope="session")

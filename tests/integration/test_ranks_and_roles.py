@@ -7,38 +7,17 @@ added or narrowed); no scheduler runs, so the test reads the constraints, not wh
 from __future__ import annotations
 
 import pathlib
-from typing import Any, Iterator
-
-import pytest
+from typing import Any
 
 from tests.controller import builders as b
-from tests.controller.cluster import Cluster, ControllerProcess, ensure_crds, wait_until
+from tests.controller.cluster import Cluster, ControllerProcess, wait_until
 from volcano_metronome import kube
 from volcano_metronome.controller import objects
-from volcano_metronome.devtools.controlplane import ControlPlane
 
 JSON = dict[str, Any]
 
 
-@pytest.fixture(scope="module")
-def kubeconfig(control_plane: ControlPlane) -> pathlib.Path:
-    ensure_crds(control_plane.kubeconfig_path)
-    return control_plane.kubeconfig_path
 
-
-@pytest.fixture
-def cluster(kubeconfig: pathlib.Path) -> Iterator[Cluster]:
-    c = Cluster(kubeconfig)
-    yield c
-    c.close()
-
-
-@pytest.fixture
-def controller(cluster: Cluster, tmp_path: pathlib.Path) -> Iterator[list[ControllerProcess]]:
-    started: list[ControllerProcess] = []
-    yield started
-    for ctl in started:
-        ctl.stop()
 
 
 def run_controller(cluster: Cluster, tmp_path: pathlib.Path, started: list[ControllerProcess],
@@ -61,13 +40,13 @@ def create(cluster: Cluster, ns: str, podgroup: JSON, pods: list[JSON]) -> None:
 
 
 def test_a_gang_of_twelve_is_pinned_in_rank_order(cluster: Cluster, tmp_path: pathlib.Path,
-                                                  controller: list[ControllerProcess]) -> None:
+                                                  controllers: list[ControllerProcess]) -> None:
     cluster.nodes(8, per_rack=4)
     ns = cluster.namespace()
     # 12 pods of 4 GPUs on 8-GPU nodes: 6 nodes over two racks. Created last-first, so neither creation
     # order nor the name's lexicographic order (a-10 before a-2) gives the ranks.
     create(cluster, ns, b.podgroup(ns, "a", 12, gpus=4), list(reversed(b.gang_pods(ns, "a", 12, gpus=4))))
-    ctl = run_controller(cluster, tmp_path, controller, ns)
+    ctl = run_controller(cluster, tmp_path, controllers, ns)
     wait_until(lambda: cluster.ungated(ns), 60, lambda: f"ungated pods\n{ctl.logs()}")
     claim = cluster.check_consistent(ns)["podgroup-a"]
     pinned = {objects.name(p): objects.pinned_node(p) for p in cluster.pods(ns)}
@@ -77,7 +56,7 @@ def test_a_gang_of_twelve_is_pinned_in_rank_order(cluster: Cluster, tmp_path: pa
 
 
 def test_volcano_task_roles_share_node_sets_or_say_how_to_unblock(cluster: Cluster, tmp_path: pathlib.Path,
-                                                                  controller: list[ControllerProcess]) -> None:
+                                                                  controllers: list[ControllerProcess]) -> None:
     cluster.nodes(12)
     ns = cluster.namespace()
     # One node set for all 12 pods (the master's node also holds workers' slots: the roles are merged).
@@ -94,7 +73,7 @@ def test_volcano_task_roles_share_node_sets_or_say_how_to_unblock(cluster: Clust
             "nodeSelectorTerms": [{"matchExpressions": [{"key": cluster.node_label[0], "operator": "In",
                                                          "values": [cluster.node_label[1]]}]}]}}}
     create(cluster, ns, b.podgroup(ns, "h", 3), own)
-    ctl = run_controller(cluster, tmp_path, controller, ns)
+    ctl = run_controller(cluster, tmp_path, controllers, ns)
     wait_until(lambda: cluster.ungated(ns), 60, lambda: f"ungated pods\n{ctl.logs()}")
     claims = cluster.check_consistent(ns)
     hosts = {n: n for n in claims["podgroup-h"]["status"]["nodes"]}  # the test nodes' hostname label is their name
