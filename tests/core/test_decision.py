@@ -86,10 +86,25 @@ def test_a_lower_priority_gang_may_not_push_a_higher_one_into_overflow():
     high = gang("high", 2, 5, start=0.0, length=150.0, priority=10)
     commit(snap, high, decide(snap, high, POLICY))
     low = gang("low", 2, 3, start=0.0, length=100.0, priority=1)
-    blocked = decide(snap, low, Policy(overflow_tolerance=0.0))
+    # Without lock on demand every gang is locked at its offset, so the tolerance decides admission.
+    blocked = decide(snap, low, Policy(overflow_tolerance=0.0, lock_on_demand=False))
     assert isinstance(blocked, NoFit) and "priority protection" in blocked.reason
-    allowed = decide(snap, low, Policy(overflow_tolerance=1.0))
+    allowed = decide(snap, low, Policy(overflow_tolerance=1.0, lock_on_demand=False))
     assert isinstance(allowed, Decision) and not allowed.feasible
+
+
+def test_with_lock_on_demand_a_gang_that_would_overflow_a_higher_one_runs_free_instead_of_waiting():
+    snap = empty(two_nodes(), 8)
+    high = gang("high", 2, 5, start=0.0, length=150.0, priority=10)
+    commit(snap, high, decide(snap, high, POLICY))
+    low = gang("low", 2, 3, start=0.0, length=100.0, priority=1)
+    strict = Policy(overflow_tolerance=0.0)
+    free = decide(snap, low, strict)
+    # Every offset overflows: no lock is possible, so its phase is not ours and it is not held back.
+    assert isinstance(free, Decision) and not free.feasible and free.overflow_gbps_ms > 0
+    assert not free.locked and free.locks == ()
+    # The offset it is given provisionally is the least costly one, as with any tolerance.
+    assert free.offset_slots == decide(snap, low, Policy(overflow_tolerance=1.0)).offset_slots
 
 
 def test_a_higher_priority_gang_is_not_held_back_by_lower_ones():
@@ -237,3 +252,23 @@ def test_unlock_makes_an_offset_provisional_again():
     for uid in snap.unlockable():
         snap.unlock(uid)
     assert not snap.placed["a"].locked and snap.unlockable() == []
+
+
+@given(workloads())
+@settings(max_examples=40, deadline=None)
+def test_a_locked_gang_never_takes_anything_from_a_higher_priority_one(case):
+    topo, gangs, policy = case
+    snap = empty(topo, 4)
+    for g in order(gangs, policy):
+        d = decide(snap, g, policy)
+        if not isinstance(d, Decision):
+            continue
+        if d.locked and not d.relocations:
+            pattern = lay_out(g.profile, snap.grid)
+            links, mult = loaded_links(topo, topo.nodes_of(d.nodes))
+            higher = snap.higher_rows(links, g.priority, pattern.slots)
+            if higher is not None:
+                lost = reference.damage(snap.rows(links, pattern.slots), higher, topo.capacity_mbps[links],
+                                        mult, pattern.rates)
+                assert np.allclose(lost[:, d.offset_slots], 0.0)
+        commit(snap, g, d)
