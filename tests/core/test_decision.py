@@ -86,10 +86,25 @@ def test_a_lower_priority_gang_may_not_push_a_higher_one_into_overflow():
     high = gang("high", 2, 5, start=0.0, length=150.0, priority=10)
     commit(snap, high, decide(snap, high, POLICY))
     low = gang("low", 2, 3, start=0.0, length=100.0, priority=1)
-    blocked = decide(snap, low, Policy(overflow_tolerance=0.0))
+    # Without lock on demand every gang is locked at its offset, so the tolerance decides admission.
+    blocked = decide(snap, low, Policy(overflow_tolerance=0.0, lock_on_demand=False))
     assert isinstance(blocked, NoFit) and "priority protection" in blocked.reason
-    allowed = decide(snap, low, Policy(overflow_tolerance=1.0))
+    allowed = decide(snap, low, Policy(overflow_tolerance=1.0, lock_on_demand=False))
     assert isinstance(allowed, Decision) and not allowed.feasible
+
+
+def test_with_lock_on_demand_a_gang_that_would_overflow_a_higher_one_runs_free_instead_of_waiting():
+    snap = empty(two_nodes(), 8)
+    high = gang("high", 2, 5, start=0.0, length=150.0, priority=10)
+    commit(snap, high, decide(snap, high, POLICY))
+    low = gang("low", 2, 3, start=0.0, length=100.0, priority=1)
+    strict = Policy(overflow_tolerance=0.0)
+    free = decide(snap, low, strict)
+    # Every offset overflows: no lock is possible, so its phase is not ours and it is not held back.
+    assert isinstance(free, Decision) and not free.feasible and free.overflow_gbps_ms > 0
+    assert not free.locked and free.locks == ()
+    # The offset it is given provisionally is the least costly one, as with any tolerance.
+    assert free.offset_slots == decide(snap, low, Policy(overflow_tolerance=1.0)).offset_slots
 
 
 def test_a_higher_priority_gang_is_not_held_back_by_lower_ones():
@@ -237,3 +252,36 @@ def test_unlock_makes_an_offset_provisional_again():
     for uid in snap.unlockable():
         snap.unlock(uid)
     assert not snap.placed["a"].locked and snap.unlockable() == []
+
+
+@st.composite
+def sharing_pairs(draw):
+    """A higher-priority gang and a lower one forced onto the same two NICs (5 + 3 of 8 GPUs a node)."""
+    period = draw(st.sampled_from([100.0, 200.0]))
+
+    def window():
+        start = draw(st.integers(0, int(period) // 10 - 1)) * 10.0
+        return start, draw(st.integers(1, int(period - start) // 10)) * 10.0, draw(st.sampled_from([40.0, 60.0, 100.0]))
+
+    (s1, l1, g1), (s2, l2, g2) = window(), window()
+    high = gang("high", 2, 5, period, s1, l1, g1, priority=10)
+    low = gang("low", 2, 3, period, s2, l2, g2, priority=1, created=1.0)
+    return high, low, Policy(overflow_tolerance=draw(st.sampled_from([0.0, 0.05, 1.0])))
+
+
+@given(sharing_pairs())
+@settings(max_examples=80, deadline=None)
+def test_a_locked_gang_never_takes_anything_from_a_higher_priority_one(case):
+    high, low, policy = case
+    snap = empty(two_nodes(), 8)
+    commit(snap, high, decide(snap, high, policy))
+    d = decide(snap, low, policy)
+    assert isinstance(d, Decision)  # with lock on demand nobody is held back by protection
+    pattern = lay_out(low.profile, snap.grid)
+    links, mult = loaded_links(snap.topology, snap.topology.nodes_of(d.nodes))
+    higher = snap.higher_rows(links, low.priority, pattern.slots)
+    assert higher is not None
+    lost = reference.damage(snap.rows(links, pattern.slots), higher, snap.topology.capacity_mbps[links], mult,
+                            pattern.rates)
+    if d.locked:
+        assert np.allclose(lost[:, d.offset_slots], 0.0)

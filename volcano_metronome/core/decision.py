@@ -12,7 +12,17 @@ every shared link together. Choice, in order:
 2. otherwise, among offsets that take no more than ``overflow_tolerance`` of the traffic of any
    higher-priority gang on any link, the least cost: added overflow plus ``priority_weight`` times
    the bandwidth taken from higher-priority gangs; ties as above;
-3. otherwise: no fit.
+3. otherwise, with lock on demand, the least cost among all offsets, and the gang runs free;
+   without it: no fit.
+
+Priority protection (2.) governs the phases we enforce. With lock on demand a gang is locked only
+at an offset that adds no overflow, which takes nothing from any gang, so a locked gang always meets
+the tolerance; a gang that overflows runs free, at a phase relative to its neighbours that nobody
+chooses, so judging its damage at one offset is meaningless and holding it back would be admission
+by bandwidth, which Volcano's placement (the baseline) does not do either. Judged by the expected
+damage over all offsets instead, it would be held back more often than now (the mean is never below
+the least), waiting a whole job to spare another gang a share of its communication. Without lock on
+demand every gang is locked, so the tolerance decides admission (``NoFit`` when no offset meets it).
 
 Lock on demand (``Policy.lock_on_demand``): aligning bursts to a slot costs a gang the padding up
 to its snapped period, which buys nothing unless its bursts could collide with another gang's. A
@@ -278,7 +288,13 @@ def _score(snapshot: Snapshot, gang: Gang, pattern: Pattern, cand: Candidate, po
     scores = score_offsets(snapshot, gang, pattern, cand.nodes, policy)
     offsets = np.flatnonzero(scores.tolerated | scores.fits)
     if not len(offsets):
-        return None
+        if not policy.lock_on_demand:
+            return None
+        # Priority protection bounds the phases we enforce. A lock needs an offset that adds no
+        # overflow, which takes nothing from anyone, so here the gang would run free: its phase is not
+        # ours, the damage at any one offset is not what it will do, and holding it back would trade
+        # its whole wait for a share of another gang's communication that Volcano's placement causes too.
+        offsets = np.arange(pattern.slots)
     lateness = (offsets - earliest) % pattern.slots
     keys = (lateness, scores.peak[offsets], scores.cost[offsets], ~scores.fits[offsets])
     pick = int(offsets[np.lexsort(keys)[0]])
