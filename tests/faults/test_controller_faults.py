@@ -38,7 +38,9 @@ def test_a_poison_gang_does_not_stop_a_normal_gang(cluster: Cluster, tmp_path: p
     ctl = start(cluster, tmp_path, controllers, ns, args=["--no-leader-elect"])
     wait_until(lambda: cluster.ungated(ns, ["good"]), 60, lambda: f"the normal gang\n{ctl.logs()}")
     # Placed by the first cycle that decided anything, beside the poison gang's no-fit.
-    first = re.search(r"cycle: (\d+) decided \((\d+) placed\)", ctl.logs())
+    # The cycle logs its summary after its writes, so the line may trail the ungating by a moment.
+    first = wait_until(lambda: re.search(r"cycle: (\d+) decided \((\d+) placed\)", ctl.logs()), 30,
+                       lambda: f"the deciding cycle's summary\n{ctl.logs()}")
     print(f"FAULT-BENCH poison gang: first deciding cycle: {first.group(0) if first else None}")
     assert first is not None and first.groups() == ("2", "1"), ctl.logs()
     claim = wait_until(lambda: (c := cluster.claims(ns).get("podgroup-poison")) and objects.condition(c, "NoFit")
