@@ -1,5 +1,5 @@
-"""Upstream test data: gathered from the pinned modules, each part falling back to shared/upstream, and
-one error naming every part that has no source."""
+"""Upstream test data: gathered from the pinned modules, each part falling back to shared/upstream, one
+error naming every CRD part that has no source, and example parts without a source left out and recorded."""
 
 from __future__ import annotations
 
@@ -57,7 +57,7 @@ def test_missing_parts_are_named_in_one_error(tmp_path: pathlib.Path, no_sources
         sources.upstream_dir(_env(tmp_path), root=checkout)
     message = str(failure.value)
     for part in upstream.PARTS:
-        assert f"{part.name} (" in message
+        assert (f"{part.name} (" in message) == (not part.optional)
     assert "sigs.k8s.io/kueue@v0.18.4: 403 Forbidden" in message
     assert str(tmp_path / "elsewhere" / "shared" / "upstream" / "crds" / "kueue") in message
     assert "METRONOME_UPSTREAM_DIR" in message
@@ -91,6 +91,39 @@ def test_a_clone_made_elsewhere_falls_back_to_shared_beside_its_origin(
     subprocess.run(["git", "-C", str(clone), "remote", "add", "origin", str(origin)], check=True)
     gathered = sources.upstream_dir(_env(tmp_path), root=clone)
     assert (gathered / "examples" / "volcano" / "from-shared.yaml").is_file()
+
+
+def test_missing_example_parts_are_left_out_and_recorded(
+        tmp_path: pathlib.Path, no_sources: dict[str, pathlib.Path]) -> None:
+    shared = _shared(tmp_path / "data")
+    for name in ("examples/kueue", "examples/scheduler-plugins"):
+        (shared / name / "from-shared.yaml").unlink()
+    environ = _env(tmp_path, METRONOME_UPSTREAM_DIR=str(shared))
+    gathered = sources.upstream_dir(environ, root=_checkout(tmp_path))
+    missing = sources.missing_upstream_examples(gathered)
+    assert sorted(missing) == ["examples/kueue", "examples/scheduler-plugins"]
+    assert "sigs.k8s.io/kueue@v0.18.4: 403 Forbidden" in missing["examples/kueue"]
+    assert f"{shared.resolve()}/examples/kueue: not there" in missing["examples/kueue"]
+    assert (gathered / "examples" / "volcano" / "from-shared.yaml").is_file()
+    assert not (gathered / "examples" / "kueue").exists()
+    assert all(not name.startswith("examples/kueue/") for name in json.loads((gathered / "SOURCES.json").read_text()))
+    # Reused while nothing new is provided; gathered again once the fallback holds a missing part.
+    assert sources.upstream_dir(environ, root=_checkout(tmp_path / "again")) == gathered
+    assert sources.missing_upstream_examples(gathered) == missing
+    (shared / "examples" / "kueue" / "sample-job.yaml").write_text("# now provided\n")
+    regathered = sources.upstream_dir(environ, root=_checkout(tmp_path / "third"))
+    assert regathered == gathered
+    assert sorted(sources.missing_upstream_examples(regathered)) == ["examples/scheduler-plugins"]
+    assert (regathered / "examples" / "kueue" / "sample-job.yaml").is_file()
+
+
+def test_a_missing_crd_part_still_stops_the_run(tmp_path: pathlib.Path, no_sources: dict[str, pathlib.Path]) -> None:
+    shared = _shared(tmp_path / "data")
+    (shared / "crds" / "kueue" / "from-shared.yaml").unlink()
+    with pytest.raises(MetronomeError, match=r"upstream test data missing: crds/kueue \(") as failure:
+        sources.upstream_dir(_env(tmp_path, METRONOME_UPSTREAM_DIR=str(shared)), root=_checkout(tmp_path))
+    assert "examples/kueue" not in str(failure.value)
+    assert not list((tmp_path / "cache").glob("*/SOURCES.json"))
 
 
 def test_the_pinned_upstream_data_is_here() -> None:

@@ -23,6 +23,11 @@ def upstream_dir(environ: dict[str, str] | None = None, root: pathlib.Path | Non
         raise ControlPlaneError(str(exc)) from exc
 
 
+def missing_upstream_examples(upstream: pathlib.Path | None = None) -> dict[str, str]:
+    """The optional example parts (``examples/kueue``, ...) missing from the gathered data, and where they were looked for."""
+    return upstream_data.missing_examples(upstream or upstream_dir())
+
+
 def volcano_crd_files(upstream: pathlib.Path | None = None) -> list[pathlib.Path]:
     """The upstream Volcano CRDs."""
     return sorted(((upstream or upstream_dir()) / "crds" / "volcano").glob("*.yaml"))

@@ -12,9 +12,11 @@ laid out like ``shared/upstream`` (``crds/<project>/*.yaml``, ``examples/<projec
 - **scheduler-plugins** (:data:`SCHEDULER_PLUGINS`): its module, where the proxy serves it;
 
 and, for a part none of those provides, from ``$METRONOME_UPSTREAM_DIR`` or ``../shared/upstream``
-beside the checkout. ``SOURCES.json`` in the gathered directory says where each file came from. When
-a part has no source at all, :func:`gather` raises one error naming every missing part and where it
-was looked for.
+beside the checkout. ``SOURCES.json`` in the gathered directory says where each file came from. The
+CRD parts are required: when one has no source at all, :func:`gather` raises one error naming every
+missing part and where it was looked for. The example parts are optional (Kueue's examples live in its
+site/, which no Go module ships): :func:`gather` leaves a missing one out and records it in
+``MISSING.json``, which :func:`missing_examples` reads, so that the tests needing it can be left out.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ SCHEDULER_PLUGINS = ("sigs.k8s.io/scheduler-plugins", "v0.35.7")
 OVERRIDE_VARIABLE = "METRONOME_UPSTREAM_DIR"
 _FORMAT = "1"  # bump when the gathering changes in a way the pins do not show
 _COMPLETE = "SOURCES.json"
+_MISSING = "MISSING.json"  # example part -> where it was looked for (written before _COMPLETE)
 
 
 class UpstreamDataMissing(MetronomeError):
@@ -48,6 +51,11 @@ class Part:
     project: str  # volcano | kueue | scheduler-plugins
     files: tuple[tuple[str, str], ...] = ()  # (file name here, path in the project's tree; "a|b": a or b)
     globs: tuple[str, ...] = ()  # every *.yaml under these directories of the project's tree
+
+    @property
+    def optional(self) -> bool:
+        """Examples may be missing (the tests needing them are left out); CRDs may not."""
+        return self.name.startswith("examples/")
 
 
 _VOLCANO_EXAMPLES = (
@@ -126,7 +134,7 @@ def gather(
     digest = hashlib.sha256(json.dumps([_FORMAT, pins(tools), [str(p) for p in fallbacks]]).encode())
     digest.update((tools / "volcano" / gosource.PIN_FILE).read_bytes())
     target = cache_dir(env) / digest.hexdigest()[:16]
-    if (target / _COMPLETE).is_file():
+    if (target / _COMPLETE).is_file() and not _newly_provided(missing_examples(target), fallbacks):
         return target
     if progress:
         progress(f"gathering upstream CRDs and examples into {target} ...")
@@ -135,23 +143,43 @@ def gather(
     shutil.rmtree(scratch, ignore_errors=True)
     provenance: dict[str, str] = {}
     missing: list[str] = []
+    optional: dict[str, str] = {}
     for part in PARTS:
         lacking = _from_trees(part, trees.get(part.project, []), scratch, provenance)
         if lacking is not None:
             reasons = [why.get(part.project) or f"{lacking} not in {' nor '.join(t.label for t in trees[part.project])}"]
             if not _from_fallback(part, fallbacks, scratch, provenance):
                 reasons.append(" nor ".join(str(base / part.name) for base in fallbacks) + ": not there")
-                missing.append(f"{part.name} ({'; '.join(reasons)})")
+                if part.optional:
+                    optional[part.name] = "; ".join(reasons)
+                else:
+                    missing.append(f"{part.name} ({'; '.join(reasons)})")
     if missing:
         shutil.rmtree(scratch, ignore_errors=True)
         raise UpstreamDataMissing(
             "upstream test data missing: " + "; ".join(missing)
             + f". Provide these parts in a directory laid out like shared/upstream (crds/<project>/, "
             f"examples/<project>/), beside the checkout as ../shared/upstream or named by {OVERRIDE_VARIABLE}")
+    scratch.mkdir(parents=True, exist_ok=True)
+    (scratch / _MISSING).write_text(json.dumps(optional, indent=1, sort_keys=True) + "\n")
     (scratch / _COMPLETE).write_text(json.dumps(provenance, indent=1, sort_keys=True) + "\n")
     shutil.rmtree(target, ignore_errors=True)
     os.replace(scratch, target)
     return target
+
+
+def missing_examples(directory: pathlib.Path) -> dict[str, str]:
+    """The example parts (``examples/kueue``, ...) :func:`gather` found no source for, and where it looked."""
+    try:
+        missing: dict[str, str] = json.loads((directory / _MISSING).read_text())
+    except FileNotFoundError:
+        return {}
+    return missing
+
+
+def _newly_provided(missing: dict[str, str], fallbacks: Iterable[pathlib.Path]) -> bool:
+    """Whether a fallback directory now holds a part missing when the cache was gathered (gather again)."""
+    return any(next((base / name).glob("*.yaml"), None) is not None for name in missing for base in fallbacks)
 
 
 def _fallbacks(checkout: pathlib.Path, env: dict[str, str]) -> list[pathlib.Path]:
