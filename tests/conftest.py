@@ -2,6 +2,10 @@
 
 - The upstream test data (CRDs and examples of the pinned Volcano, Kueue and scheduler-plugins) must be
   there before anything is collected; otherwise one message says what is missing and where it was looked for.
+  The example parts are the exception (Kueue's come from its site/, which no Go module ships): without one,
+  the tests marked ``upstream_examples(<project>, ...)`` that need it are deselected (not skipped), tests
+  parametrized over every example simply get fewer cases, and the run says so in one line naming the
+  missing parts, where they were looked for and how to provide them.
 
 - In CI a skipped test is a failure (nothing counts as passed that did not run).
 - Tests marked ``e2e`` (every test under ``tests/e2e/``, and any other test carrying the marker) need
@@ -28,9 +32,32 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     from volcano_metronome.devtools import sources
 
     try:
-        sources.upstream_dir()
+        session.config.stash[_MISSING_EXAMPLES] = sources.missing_upstream_examples(sources.upstream_dir())
     except MetronomeError as exc:
         pytest.exit(f"cannot run the tests: {exc}", returncode=pytest.ExitCode.USAGE_ERROR)
+
+
+_MISSING_EXAMPLES = pytest.StashKey[dict[str, str]]()
+
+
+def _needs_missing_examples(item: pytest.Item, missing: dict[str, str]) -> bool:
+    """Whether ``item`` reads an upstream example part (``examples/<project>``) that was not gathered."""
+    from volcano_metronome.devtools.upstream import PARTS
+
+    needed = {project for mark in item.iter_markers("upstream_examples") for project in mark.args}
+    known = {part.project for part in PARTS if part.optional}
+    if needed - known:
+        raise pytest.UsageError(f"{item.nodeid}: upstream_examples{tuple(sorted(needed - known))}: "
+                                f"expected projects among {sorted(known)}")
+    return any(f"examples/{project}" in missing for project in needed)
+
+
+def _examples_note(dropped: int, missing: dict[str, str]) -> str:
+    from volcano_metronome.devtools.upstream import OVERRIDE_VARIABLE
+
+    looked = "; ".join(f"{name}: {where}" for name, where in sorted(missing.items()))
+    return (f"upstream examples: {dropped} test(s) deselected, missing {', '.join(sorted(missing))} ({looked}); "
+            f"{OVERRIDE_VARIABLE}=<dir laid out like shared/upstream, with examples/<project>/*.yaml> provides them")
 
 
 def _e2e_missing() -> list[str]:
@@ -51,29 +78,38 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     missing = _e2e_missing() if choice is None else []
     run_e2e = choice == "1" or (choice is None and not missing)
     reason = "METRONOME_E2E=0" if choice == "0" else f"not built: {', '.join(missing)}"
+    missing_examples = config.stash.get(_MISSING_EXAMPLES, {})
     keep: list[pytest.Item] = []
     dropped: list[pytest.Item] = []
+    without_examples: list[pytest.Item] = []
     for item in items:
         if _E2E_DIR in pathlib.Path(str(item.fspath)).resolve().parents:
             item.add_marker(pytest.mark.e2e)
         if not run_e2e and item.get_closest_marker("e2e") is not None:
             dropped.append(item)
+        elif _needs_missing_examples(item, missing_examples):
+            without_examples.append(item)
         else:
             keep.append(item)
-    if dropped:
-        config.hook.pytest_deselected(items=dropped)
+    if dropped or without_examples:
+        config.hook.pytest_deselected(items=dropped + without_examples)
         items[:] = keep
+    if dropped:
         config.stash[_E2E_NOTE] = (f"e2e tier: {len(dropped)} test(s) deselected ({reason}; "
                                    f"`METRONOME_E2E=1 volcano-metronome tools build` builds them)")
+    if missing_examples:
+        config.stash[_EXAMPLES_NOTE] = _examples_note(len(without_examples), missing_examples)
 
 
 _E2E_NOTE = pytest.StashKey[str]()
+_EXAMPLES_NOTE = pytest.StashKey[str]()
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, exitstatus: int, config: pytest.Config) -> None:
-    note = config.stash.get(_E2E_NOTE, None)
-    if note:
-        terminalreporter.write_line(note)
+    for key in (_E2E_NOTE, _EXAMPLES_NOTE):
+        note = config.stash.get(key, None)
+        if note:
+            terminalreporter.write_line(note)
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:

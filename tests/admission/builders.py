@@ -1,7 +1,8 @@
 """Reviews, upstream manifests and schema checks shared by the admission and webhook tests.
 
 Upstream CRDs and examples are read from ``shared/upstream`` as ``devtools.sources.upstream_dir``
-finds it (``METRONOME_UPSTREAM_DIR`` overrides); they are never copied into the repository.
+finds it (``METRONOME_UPSTREAM_DIR`` overrides); they are never copied into the repository. An example
+part that was not gathered (tests/conftest.py) simply contributes no cases.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any, Iterator
 
 import jsonpatch
 import jsonschema
+import pytest
 import yaml
 
 from volcano_metronome import api
@@ -117,6 +119,13 @@ def upstream_examples() -> Iterator[tuple[str, dict[str, Any]]]:
         for index, doc in enumerate(d for d in yaml.safe_load_all(path.read_text()) if d):
             if gvk(doc) in HANDLED:
                 yield f"{path.parent.name}/{path.name}#{index}", doc
+
+
+def as_params(cases: list[tuple[str, dict[str, Any]]]) -> list[Any]:
+    """``(name, obj)`` cases as pytest parameters, each upstream example marked ``upstream_examples(<its project>)``."""
+    projects = {"volcano", "kueue", "scheduler-plugins"}
+    return [pytest.param(name, obj, id=name, marks=[pytest.mark.upstream_examples(project)] if project in projects else [])
+            for name, obj in cases for project in [name.partition("/")[0]]]
 
 
 def workload(version: str, *, annotations: dict[str, str] | None = None,

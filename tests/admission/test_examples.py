@@ -15,6 +15,7 @@ from tests.admission.builders import (
     patched,
     review,
     schema_errors,
+    as_params,
     upstream_examples,
     with_annotations,
     workload,
@@ -28,6 +29,7 @@ WORKLOADS = [(f"synthesized Workload {v}", workload(v)) for v in ("v1beta2", "v1
 CASES = EXAMPLES + WORKLOADS
 
 
+@pytest.mark.upstream_examples("volcano", "kueue")
 def test_the_examples_cover_every_kind_we_handle():
     kinds = {gvk(obj) for _, obj in CASES}
     assert kinds == {("batch.volcano.sh", "v1alpha1", "Job"), ("scheduling.volcano.sh", "v1beta1", "PodGroup"),
@@ -36,13 +38,13 @@ def test_the_examples_cover_every_kind_we_handle():
     assert len(EXAMPLES) >= 12
 
 
-@pytest.mark.parametrize("name, obj", CASES, ids=[name for name, _ in CASES])
+@pytest.mark.parametrize("name, obj", as_params(CASES))
 def test_examples_are_valid_before_we_touch_them(name, obj):
     assert schema_errors(obj) == []
 
 
 @pytest.mark.parametrize("annotations", [None, MODEL, EXPLICIT], ids=["plain", "model", "explicit"])
-@pytest.mark.parametrize("name, obj", CASES, ids=[name for name, _ in CASES])
+@pytest.mark.parametrize("name, obj", as_params(CASES))
 def test_admitted_examples_stay_schema_valid_and_idempotent(name, obj, annotations):
     if annotations:
         obj = with_annotations(obj, annotations)

@@ -15,6 +15,8 @@ import json
 import pathlib
 from typing import Any
 
+import pytest
+
 from tests.e2e import manifests
 from tests.e2e.manifests import LAYOUT
 from tests.e2e.checks import assert_bound_as_decided, bound, decided, gpus_in_use, held_claims, running
@@ -22,6 +24,8 @@ from tests.controller.cluster import wait_until
 from tests.e2e.members import create_member
 from volcano_metronome import api, kube
 from volcano_metronome.devtools.stack import Stack
+
+pytestmark = pytest.mark.upstream_examples("volcano")  # reads examples/volcano (tests/e2e/manifests.py)
 
 PERIOD_MS = 200
 WINDOW = {"start_ms": 0, "len_ms": 60, "gbps": 60}

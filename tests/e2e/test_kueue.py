@@ -11,6 +11,8 @@ from __future__ import annotations
 import pathlib
 from typing import Any, Callable
 
+import pytest
+
 from tests.e2e import manifests
 from tests.e2e.manifests import LAYOUT
 from tests.e2e.checks import assert_bound_as_decided, bound, created_gated, decided
@@ -20,6 +22,8 @@ from volcano_metronome import api, kube
 from volcano_metronome.controller import objects
 from volcano_metronome.devtools.apply import ApiClient
 from volcano_metronome.devtools.stack import Stack
+
+pytestmark = pytest.mark.upstream_examples("kueue")  # reads examples/kueue (tests/e2e/manifests.py)
 
 NAMESPACE = "default"  # where the upstream example puts its LocalQueue and Job
 JOB_NAME_LABEL = "batch.kubernetes.io/job-name"

@@ -25,6 +25,8 @@ from volcano_metronome.controller import objects
 from volcano_metronome.devtools import volcano
 from volcano_metronome.devtools.stack import Stack
 
+pytestmark = pytest.mark.upstream_examples("volcano")  # reads examples/volcano (tests/e2e/manifests.py)
+
 MODEL = {api.MODEL: "resnet50"}
 # The examples whose Jobs request resources (mpi-example and tf-dist-mnist request none).
 EXAMPLES = ("job.yaml", "job-plugin.yaml")

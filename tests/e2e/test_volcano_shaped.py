@@ -12,6 +12,8 @@ import json
 import pathlib
 from typing import Any
 
+import pytest
+
 from tests.e2e import manifests
 from tests.e2e.checks import assert_bound_as_decided, bound, decided, running
 from tests.controller.cluster import wait_until
@@ -20,6 +22,8 @@ from volcano_metronome import api, kube
 from volcano_metronome.admission.pods import slot_mount, slot_volume
 from volcano_metronome.controller import objects
 from volcano_metronome.devtools.stack import Stack
+
+pytestmark = pytest.mark.upstream_examples("volcano")  # reads examples/volcano (tests/e2e/manifests.py)
 
 
 def test_volcano_podgroup_is_gated_placed_and_bound_by_kube_scheduler_standing_in_for_volcano(

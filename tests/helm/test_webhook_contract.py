@@ -76,7 +76,8 @@ def _pod_from(template_spec: dict[str, Any], owner: dict[str, Any] | None, annot
     return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": copy.deepcopy(template_spec["spec"])}
 
 
-@pytest.mark.parametrize("kind", ["volcano-job", "kueue-batch-job"])
+@pytest.mark.parametrize("kind", [pytest.param("volcano-job", marks=pytest.mark.upstream_examples("volcano")),
+                                  pytest.param("kueue-batch-job", marks=pytest.mark.upstream_examples("kueue"))])
 def test_pods_of_admitted_jobs_are_selected_by_the_pod_hook(kind: str) -> None:
     hooks = _webhooks()
     job = _volcano_job() if kind == "volcano-job" else _kueue_batch_job()
@@ -93,6 +94,7 @@ def test_pods_of_admitted_jobs_are_selected_by_the_pod_hook(kind: str) -> None:
         assert _selects(hooks["pods.metronome.dev"], labels), f"the pod hook would not see a pod with labels {labels}"
 
 
+@pytest.mark.upstream_examples("kueue")
 def test_a_selected_pod_is_gated_by_the_webhook() -> None:
     """What the pod hook's selector lets through, the webhook gates (a labelled pod of a placed template)."""
     hooks = _webhooks()

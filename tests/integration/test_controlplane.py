@@ -95,6 +95,7 @@ def test_upstream_crds_are_established(api: k8s.ApiClient, upstream_crds: list[s
         assert conditions.get("Established") == "True", (name, conditions)
 
 
+@pytest.mark.upstream_examples("volcano")
 def test_volcano_job_example_is_accepted_and_read_back(
     api: k8s.ApiClient, upstream_crds: list[str], upstream_dir: pathlib.Path, namespace: str
 ) -> None:
@@ -118,6 +119,7 @@ def test_volcano_job_example_is_accepted_and_read_back(
     assert "minAvailable" in str(info.value.body)
 
 
+@pytest.mark.upstream_examples("kueue")
 def test_kueue_cluster_queue_example_is_accepted_and_read_back(
     api: k8s.ApiClient, upstream_crds: list[str], upstream_dir: pathlib.Path, namespace: str
 ) -> None:

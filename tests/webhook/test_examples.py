@@ -15,6 +15,7 @@ from tests.admission.builders import (
     response,
     review,
     schema_errors,
+    as_params,
     upstream_examples,
     with_annotations,
     workload,
@@ -25,7 +26,7 @@ from volcano_metronome import api
 CASES = list(upstream_examples()) + [(f"synthesized Workload {v}", workload(v)) for v in ("v1beta2", "v1beta1")]
 
 
-@pytest.mark.parametrize("name, obj", CASES, ids=[name for name, _ in CASES])
+@pytest.mark.parametrize("name, obj", as_params(CASES))
 def test_example_over_https(server: Server, name: str, obj: dict):
     conn = server.connection()
     try:
