@@ -55,8 +55,8 @@ def _needs_missing_examples(item: pytest.Item, missing: dict[str, str]) -> bool:
 def _examples_note(dropped: int, missing: dict[str, str]) -> str:
     from volcano_metronome.devtools.upstream import OVERRIDE_VARIABLE
 
-    looked = "; ".join(f"{name}: {where}" for name, where in sorted(missing.items()))
-    return (f"upstream examples: {dropped} test(s) deselected, missing {', '.join(sorted(missing))} ({looked}); "
+    looked = ", ".join(f"{name} ({where})" for name, where in sorted(missing.items()))
+    return (f"upstream examples: {dropped} test(s) deselected, missing {looked}; "
             f"{OVERRIDE_VARIABLE}=<dir laid out like shared/upstream, with examples/<project>/*.yaml> provides them")
 
 
