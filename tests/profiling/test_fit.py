@@ -235,3 +235,13 @@ def test_a_period_whose_first_autocorrelation_peak_is_lower_than_later_ones_is_s
     result = fitted(Spec(200.0, ((170.0, 10.0, 80.0),), jitter_ms=15.0, rate_noise=0.05), seed=2)
     assert result.profile.period_ms == pytest.approx(200.0, rel=0.01)
     assert result.profile.windows[0].len_ms == pytest.approx(10.0, abs=1.5)
+
+
+def test_equal_bursts_at_twice_the_period_are_folded_to_the_period():
+    """Found by the property above: one short burst with jitter over few periods read as two equal bursts
+    at twice the period; equal, evenly spaced windows mean the shorter period."""
+    spec = Spec(period_ms=116.5, windows=((0.0, 4.0, 1.0),), periods=14.0, hz=2000.0, jitter_ms=1.0,
+                rate_noise=0.0, background_gbps=0.0, irregular=0.0, phase_ms=1.0)
+    result = fitted(spec, seed=849)
+    assert result.profile.period_ms == pytest.approx(116.5, rel=0.02)
+    assert len(result.profile.windows) == 1

@@ -28,7 +28,7 @@ from volcano_metronome import api
 from volcano_metronome.core.profile import MAX_GBPS, MAX_WINDOWS, Profile, Window
 from volcano_metronome.profiling import period as periods
 from volcano_metronome.profiling.fold import align, explained, fold
-from volcano_metronome.profiling.trace import Trace, uniform
+from volcano_metronome.profiling.trace import Rate, Trace, uniform
 from volcano_metronome.profiling.windows import Burst, bursts, quietest
 
 #: Fewest periods a trace must cover.
@@ -91,20 +91,59 @@ def fit(trace: Trace) -> Fit | Refusal:
     found = periods.find(rate.gbps)
     if isinstance(found, periods.NoPeriod):
         return Refusal("aperiodic", _no_period(found, trace, dt_ms))
-    period_ms = found.period * dt_ms
+    result = _fit_at(trace, rate, found.period)
+    if isinstance(result, Fit):
+        parts = _repeats(result.profile, dt_ms)
+        if parts > 1:  # k equal bursts evenly spaced: the fundamental is 1/k of what was folded
+            shorter = _fit_at(trace, rate, found.period / parts)
+            if isinstance(shorter, Fit):
+                return shorter
+    return result
+
+
+def _repeats(profile: Profile, dt_ms: float) -> int:
+    """``k`` > 1 when the windows are ``k`` copies of one pattern shifted by a ``k``-th of the period.
+
+    Folding tells two unequal bursts half a period apart from two equal ones only up to noise; when
+    the fitted windows themselves come out equal and evenly spaced, the period is the shorter one.
+    """
+    windows, period = profile.windows, profile.period_ms
+    n = len(windows)
+    for parts in (2, 3, 5, 7):
+        if n % parts:
+            continue
+        step, shift = period / parts, n // parts
+        alike = True
+        for i, w in enumerate(windows):
+            v = windows[(i + shift) % n]
+            gap = (v.start_ms - w.start_ms) % period
+            if (abs(gap - step) > max(2.0 * dt_ms, 0.02 * period)
+                    or abs(v.len_ms - w.len_ms) > max(2.0 * dt_ms, 0.1 * w.len_ms)
+                    or abs(v.gbps - w.gbps) > 0.1 * max(v.gbps, w.gbps)):
+                alike = False
+                break
+        if alike:
+            return parts
+    return 1
+
+
+def _fit_at(trace: Trace, rate: Rate, period: float) -> Fit | Refusal:
+    """The profile folded at ``period`` samples of the uniform ``rate``."""
+    dt_ms = rate.dt_s * 1000.0
+    period_ms = period * dt_ms
     cover = trace.span_s * 1000.0 / period_ms
     if cover < MIN_PERIODS:
         return Refusal("too-short", f"the traffic repeats about every {period_ms:.4g} ms but the trace covers "
                                     f"{trace.span_s:.4g} s, {math.floor(cover * 100) / 100:g} periods; at least {MIN_PERIODS} are needed: "
                                     f"record {MIN_PERIODS * period_ms / 1000.0:.3g} s or more")
-    first = fold(rate.gbps, found.period)
+    first = fold(rate.gbps, period)
     # Rows begin in the middle of the longest quiet stretch, so no burst straddles two rows.
-    series = rate.gbps[int(round(quietest(first.profile()) * found.period / first.bins)):]
-    folded = fold(series, found.period)
+    series = rate.gbps[int(round(quietest(first.profile()) * period / first.bins)):]
+    folded = fold(series, period)
     aligned = align(folded)
     drift = _trend(aligned.lateness, folded.bins)[0]
     if drift != 0.0:  # the bursts' own timing pins the mean iteration down better than the autocorrelation
-        folded = fold(series, found.period * (1.0 + drift / folded.bins))
+        folded = fold(series, period * (1.0 + drift / folded.bins))
         aligned = align(folded)
         period_ms = folded.period * dt_ms
     found_bursts, baseline = bursts(aligned.profile, aligned.stderr)
