@@ -210,6 +210,16 @@ def claim_timing(claim: JSON) -> dict[str, str]:
     return out
 
 
+def start_controller(cluster: Cluster, work: pathlib.Path, started: list["ControllerProcess"], ns: str, *,
+                     lease: str = "metronome", identity: str | None = None,
+                     extra_settings: dict[str, Any] | None = None, args: Iterable[str] = ()) -> "ControllerProcess":
+    """A controller leading through a Lease in ``ns``, started and recorded in ``started`` (stopped by the fixture)."""
+    ctl = ControllerProcess(cluster, work, lease=lease, lease_namespace=ns, identity=identity,
+                            extra_settings=extra_settings, args=args).start()
+    started.append(ctl)
+    return ctl
+
+
 class ControllerProcess:
     """``volcano-metronome controller`` in a subprocess."""
 

@@ -10,20 +10,13 @@ import signal
 import time
 
 from tests.controller import builders as b
-from tests.controller.cluster import Cluster, ControllerProcess, wait_until
+from tests.controller.cluster import Cluster, ControllerProcess, start_controller, wait_until
 from volcano_metronome import api, kube
 from volcano_metronome.controller import objects
 
 FAST_LEASE = {"leaseDurationSeconds": 6, "renewDeadlineSeconds": 5, "retryPeriodSeconds": 1}
 # 30 s iterations: longer than the hyperperiod cap (25.2 s), so no decision can exist for this gang.
 POISON = {"period_ms": 30000, "windows": [{"start_ms": 0, "len_ms": 100, "gbps": 10}], "jitter_ms": 0}
-
-
-def start(cluster: Cluster, tmp_path: pathlib.Path, started: list[ControllerProcess], ns: str,
-          **kw: object) -> ControllerProcess:
-    ctl = ControllerProcess(cluster, tmp_path, lease="metronome", lease_namespace=ns, **kw).start()  # type: ignore[arg-type]
-    started.append(ctl)
-    return ctl
 
 
 def test_a_poison_gang_does_not_stop_a_normal_gang(cluster: Cluster, tmp_path: pathlib.Path,
@@ -35,7 +28,7 @@ def test_a_poison_gang_does_not_stop_a_normal_gang(cluster: Cluster, tmp_path: p
     for p in b.gang_pods(ns, "poison", 2, profile=POISON):
         cluster.k.create(kube.PODS, p, ns)
     cluster.gang(ns, "good", 2)
-    ctl = start(cluster, tmp_path, controllers, ns, args=["--no-leader-elect"])
+    ctl = start_controller(cluster, tmp_path, controllers, ns, args=["--no-leader-elect"])
     wait_until(lambda: cluster.ungated(ns, ["good"]), 60, lambda: f"the normal gang\n{ctl.logs()}")
     # Placed by the first cycle that decided anything, beside the poison gang's no-fit.
     # The cycle logs its summary after its writes, so the line may trail the ungating by a moment.
@@ -83,9 +76,9 @@ def test_a_leader_frozen_mid_write_never_writes_after_the_standby_took_over(
     for i in range(12):
         cluster.gang(ns, f"g{i}", 2)
     settings = {"leaderElection": {"leaseName": "metronome", **FAST_LEASE}}
-    first = start(cluster, tmp_path, controllers, ns, extra_settings=settings)
+    first = start_controller(cluster, tmp_path, controllers, ns, extra_settings=settings)
     wait_until(lambda: first.metric("metronome_controller_leader") == 1, 30, lambda: f"leadership\n{first.logs()}")
-    second = start(cluster, tmp_path, controllers, ns, extra_settings=settings)
+    second = start_controller(cluster, tmp_path, controllers, ns, extra_settings=settings)
     wait_until(lambda: second.metric("metronome_controller_leader") == 0, 30, "the standby")
     wait_until(lambda: any(not objects.gated_by_us(p) for p in cluster.pods(ns)), 60, "the first ungated pod",
                interval=0.01)
@@ -143,7 +136,7 @@ def test_a_node_vanishing_under_a_decided_gang_gets_the_gang_re_decided(
         cluster.k.create(kube.PODS, p, ns)
     cluster.gang(ns, "bound", 2)  # its pods get bound: a vanished node never costs it a pod
     cluster.gang(ns, "bare", 2)  # pods without an owner: reported, never deleted
-    ctl = start(cluster, tmp_path, controllers, ns, args=["--no-leader-elect"])
+    ctl = start_controller(cluster, tmp_path, controllers, ns, args=["--no-leader-elect"])
     wait_until(lambda: cluster.ungated(ns), 60, lambda: f"the first placements\n{ctl.logs()}")
     claims = cluster.check_consistent(ns)
     old = {g: claims[f"podgroup-{g}"]["status"]["nodes"] for g in ("v", "bound", "bare")}

@@ -15,7 +15,7 @@ from typing import Iterator
 import pytest
 
 from tests.controller import builders as b
-from tests.controller.cluster import Cluster, ControllerProcess, claim_timing, timing, wait_until
+from tests.controller.cluster import Cluster, ControllerProcess, claim_timing, start_controller, timing, wait_until
 from volcano_metronome import api, kube
 from volcano_metronome.controller import objects
 from volcano_metronome.devtools.controlplane import ControlPlane
@@ -27,20 +27,13 @@ FAST_LEASE = {"leaseDurationSeconds": 6, "renewDeadlineSeconds": 5, "retryPeriod
 
 
 
-def start(cluster: Cluster, tmp_path: pathlib.Path, started: list[ControllerProcess], ns: str, *,
-          lease: str = "metronome", **kw: object) -> ControllerProcess:
-    ctl = ControllerProcess(cluster, tmp_path, lease=lease, lease_namespace=ns, **kw).start()  # type: ignore[arg-type]
-    started.append(ctl)
-    return ctl
-
-
 def test_gated_pods_get_affinity_annotations_and_are_ungated(cluster: Cluster, tmp_path: pathlib.Path,
                                                              controllers: list[ControllerProcess]) -> None:
     cluster.nodes(8)
     ns = cluster.namespace()
     cluster.gang(ns, "a", 4)
     cluster.gang(ns, "b", 2)
-    ctl = start(cluster, tmp_path, controllers, ns)
+    ctl = start_controller(cluster, tmp_path, controllers, ns)
     wait_until(lambda: cluster.ungated(ns), 60, lambda: f"ungated pods\n{ctl.logs()}")
     claims = cluster.check_consistent(ns)
     assert set(claims) == {"podgroup-a", "podgroup-b"}
@@ -61,7 +54,7 @@ def test_priorities_are_respected(cluster: Cluster, tmp_path: pathlib.Path,
     # Each gang needs 6 of the 8 nodes: only one fits; the later, higher-priority one must win.
     cluster.gang(ns, "low", 6, priority_class=low)
     cluster.gang(ns, "high", 6, priority_class=high)
-    ctl = start(cluster, tmp_path, controllers, ns)
+    ctl = start_controller(cluster, tmp_path, controllers, ns)
     wait_until(lambda: cluster.ungated(ns, ["high"]), 60, lambda: f"the high-priority gang\n{ctl.logs()}")
     claims = wait_until(lambda: (c := cluster.claims(ns)).get("podgroup-low", {}).get("status", {}).get(
         "conditions") and c, 30, "the low-priority gang's NoFit")
@@ -84,11 +77,11 @@ def test_killed_between_writes_and_restarted_converges_without_double_placement(
     ns = cluster.namespace()
     for g in ("a", "b", "c"):
         cluster.gang(ns, g, 2)
-    first = start(cluster, tmp_path, controllers, ns, extra_settings={"leaderElection": {
+    first = start_controller(cluster, tmp_path, controllers, ns, extra_settings={"leaderElection": {
         "leaseName": "metronome", **FAST_LEASE}}, args=["--exit-after-writes", str(kill_after)])
     assert first.wait(60) == -9, first.logs()  # it SIGKILLed itself right after write number kill_after
     recorded = {name: c.get("status", {}) for name, c in cluster.claims(ns).items()}
-    second = start(cluster, tmp_path, controllers, ns, extra_settings={"leaderElection": {
+    second = start_controller(cluster, tmp_path, controllers, ns, extra_settings={"leaderElection": {
         "leaseName": "metronome", **FAST_LEASE}})
     wait_until(lambda: cluster.ungated(ns), 60, lambda: f"convergence after the restart\n{second.logs()}")
     claims = cluster.check_consistent(ns)
@@ -105,13 +98,13 @@ def test_sigkill_at_a_random_moment_under_load_converges(cluster: Cluster, tmp_p
     ns = cluster.namespace()
     for i in range(12):
         cluster.gang(ns, f"g{i}", 2)
-    first = start(cluster, tmp_path, controllers, ns, extra_settings={"leaderElection": {
+    first = start_controller(cluster, tmp_path, controllers, ns, extra_settings={"leaderElection": {
         "leaseName": "metronome", **FAST_LEASE}})
     wait_until(lambda: any(not objects.gated_by_us(p) for p in cluster.pods(ns)), 60, "the first ungated pod",
                interval=0.01)
     first.kill()
     recorded = {name: c.get("status", {}) for name, c in cluster.claims(ns).items()}
-    second = start(cluster, tmp_path, controllers, ns, extra_settings={"leaderElection": {
+    second = start_controller(cluster, tmp_path, controllers, ns, extra_settings={"leaderElection": {
         "leaseName": "metronome", **FAST_LEASE}})
     wait_until(lambda: cluster.ungated(ns), 60, lambda: f"convergence\n{second.logs()}")
     claims = cluster.check_consistent(ns)
@@ -127,7 +120,7 @@ def test_api_server_restart_under_load(control_plane: ControlPlane, cluster: Clu
     # A lease that outlasts the API server's restart, so that the same process must ride it out: its
     # watches re-establish and its failed writes are planned again (with the default 10 s renew
     # deadline it would exit instead, and its Deployment would restart it).
-    ctl = start(cluster, tmp_path, controllers, ns, extra_settings={"leaderElection": {
+    ctl = start_controller(cluster, tmp_path, controllers, ns, extra_settings={"leaderElection": {
         "leaseName": "metronome", "leaseDurationSeconds": 180, "renewDeadlineSeconds": 170}})
     wait_until(lambda: ctl.metric("metronome_controller_leader") == 1, 30, lambda: f"leadership\n{ctl.logs()}")
     errors: list[BaseException] = []
@@ -161,8 +154,8 @@ def test_two_replicas_exactly_one_acts_and_the_other_takes_over(cluster: Cluster
     cluster.nodes(8)
     ns = cluster.namespace()
     settings = {"leaderElection": {"leaseName": "metronome", **FAST_LEASE}}
-    one = start(cluster, tmp_path, controllers, ns, identity="replica-one", extra_settings=settings)
-    two = start(cluster, tmp_path, controllers, ns, identity="replica-two", extra_settings=settings)
+    one = start_controller(cluster, tmp_path, controllers, ns, identity="replica-one", extra_settings=settings)
+    two = start_controller(cluster, tmp_path, controllers, ns, identity="replica-two", extra_settings=settings)
     holder = wait_until(lambda: (cluster.k.get(kube.LEASES, ns, "metronome") or {}).get("spec", {}).get(
         "holderIdentity"), 30, "a lease holder")
     leader, standby = (one, two) if holder == one.identity else (two, one)
@@ -186,7 +179,7 @@ def test_losing_the_lease_exits_the_process(cluster: Cluster, tmp_path: pathlib.
                                             controllers: list[ControllerProcess]) -> None:
     cluster.nodes(1)
     ns = cluster.namespace()
-    ctl = start(cluster, tmp_path, controllers, ns, extra_settings={"leaderElection": {
+    ctl = start_controller(cluster, tmp_path, controllers, ns, extra_settings={"leaderElection": {
         "leaseName": "metronome", **FAST_LEASE}})
     wait_until(lambda: ctl.metric("metronome_controller_leader") == 1, 30, lambda: f"leadership\n{ctl.logs()}")
     lease = cluster.k.get(kube.LEASES, ns, "metronome")
@@ -225,7 +218,7 @@ def test_kueue_workload_is_held_by_our_admission_check_and_released(
     cluster.k.create(kube.ADMISSION_CHECKS, b.admission_check(check))
     cluster.k.create(kube.CLUSTER_QUEUES, b.cluster_queue(cq, check))
     cluster.k.create(kube.WORKLOADS, b.workload(ns, "wl", 2, priority=7), ns)
-    ctl = start(cluster, tmp_path, controllers, ns)
+    ctl = start_controller(cluster, tmp_path, controllers, ns)
     wait_until(lambda: objects.condition_true(cluster.k.get(kube.ADMISSION_CHECKS, None, check) or {}, "Active"),
                30, lambda: f"our AdmissionCheck Active\n{ctl.logs()}")
     time.sleep(1.5)  # no quota reserved yet: the Workload is held, untouched
@@ -266,7 +259,7 @@ def test_a_kueue_workload_is_placed_on_its_resource_flavors_nodes(
     cluster.k.create(kube.WORKLOADS, b.workload(ns, "wl", 2), ns)
     cluster.k.patch(kube.WORKLOADS, ns, "wl", {"status": b.quota_reserved_status(cq, 2, flavor=flavor)},
                     subresource="status")
-    ctl = start(cluster, tmp_path, controllers, ns)
+    ctl = start_controller(cluster, tmp_path, controllers, ns)
     def placed() -> dict | None:
         claim = cluster.claims(ns).get("workload-wl")
         return claim if claim is not None and objects.condition_true(claim, "Placed") else None
@@ -334,7 +327,7 @@ def test_a_lone_gang_runs_free_is_locked_by_a_gang_sharing_its_nics_and_unlocked
         cluster: Cluster, tmp_path: pathlib.Path, controllers: list[ControllerProcess], lock_queue: str) -> None:
     cluster.nodes(3)
     ns = cluster.namespace()
-    ctl = start(cluster, tmp_path, controllers, ns)
+    ctl = start_controller(cluster, tmp_path, controllers, ns)
     lock_gang(cluster, ns, "a", lock_queue)
     wait_until(lambda: follows_claim(cluster, ns, "a", locked=False), 60, lambda: f"gang a placed free\n{ctl.logs()}")
     first = claim_status(cluster, ns, "a")
@@ -369,7 +362,7 @@ def test_killed_between_the_lock_writes_and_restarted_converges(
     cluster.nodes(3)
     ns = cluster.namespace()
     single = ["--no-leader-elect"]  # one controller at a time here: no Lease to wait out after the kill
-    first = start(cluster, tmp_path, controllers, ns, args=single)
+    first = start_controller(cluster, tmp_path, controllers, ns, args=single)
     lock_gang(cluster, ns, "a", lock_queue)
     wait_until(lambda: follows_claim(cluster, ns, "a", locked=False), 60, lambda: f"gang a placed\n{first.logs()}")
     assert first.stop() == 0
@@ -377,12 +370,12 @@ def test_killed_between_the_lock_writes_and_restarted_converges(
     lock_gang(cluster, ns, "b", lock_queue)
     # Its first cycle writes a's claim (1: locked), then b's claim (2: create, 3: status), then the pods:
     # the deciding gang's claim waits for the lock it takes, so no decision is ever recorded without it.
-    killed = start(cluster, tmp_path, controllers, ns, args=[*single, "--exit-after-writes", str(kill_after)])
+    killed = start_controller(cluster, tmp_path, controllers, ns, args=[*single, "--exit-after-writes", str(kill_after)])
     assert killed.wait(60) == -9, killed.logs()
     recorded = {gang: claim_status(cluster, ns, gang) for gang in ("a", "b")}
     assert recorded["a"]["locked"] is True and recorded["b"].get("locked") is (True if kill_after == 3 else None)
     assert all(api.OFFSET_MS not in timing(p) for p in gang_pods(cluster, ns, "a"))  # the pods were not reached
-    restarted = start(cluster, tmp_path, controllers, ns, args=single)
+    restarted = start_controller(cluster, tmp_path, controllers, ns, args=single)
     wait_until(lambda: follows_claim(cluster, ns, "a", locked=True) and follows_claim(cluster, ns, "b", locked=True),
                60, lambda: f"convergence after the restart\n{restarted.logs()}")
     cluster.check_consistent(ns)
@@ -403,7 +396,7 @@ def test_a_pod_bound_outside_its_node_set_marks_the_claim_drifted(cluster: Clust
     nodes = cluster.nodes(4)
     ns = cluster.namespace()
     cluster.gang(ns, "a", 2)
-    ctl = start(cluster, tmp_path, controllers, ns)
+    ctl = start_controller(cluster, tmp_path, controllers, ns)
     wait_until(lambda: cluster.ungated(ns), 60, lambda: f"ungated pods\n{ctl.logs()}")
     chosen = cluster.claims(ns)["podgroup-a"]["status"]["nodes"]
     outside = next(n for n in nodes if n not in chosen)
@@ -445,7 +438,7 @@ def test_a_gang_is_pinned_only_to_nodes_its_pods_select_and_tolerate(cluster: Cl
         p["spec"]["nodeSelector"] = {"gpu-type": "h100"}
         p["spec"]["tolerations"] = [{"key": "nvidia.com/gpu", "operator": "Exists"}]
         cluster.k.create(kube.PODS, p, ns)
-    ctl = start(cluster, tmp_path, controllers, ns)
+    ctl = start_controller(cluster, tmp_path, controllers, ns)
     wait_until(lambda: cluster.ungated(ns), 60, lambda: f"ungated pods\n{cluster.claims(ns)}\n{ctl.logs()}")
     pinned = sorted(objects.pinned_node(p) or "" for p in cluster.pods(ns))
     assert pinned == sorted(nodes[2:4]), pinned  # labelled and untainted: nodes 2 and 3

@@ -10,7 +10,7 @@ import pathlib
 from typing import Any
 
 from tests.controller import builders as b
-from tests.controller.cluster import Cluster, ControllerProcess, wait_until
+from tests.controller.cluster import Cluster, ControllerProcess, start_controller, wait_until
 from volcano_metronome import kube
 from volcano_metronome.controller import objects
 
@@ -18,13 +18,6 @@ JSON = dict[str, Any]
 
 
 
-
-
-def run_controller(cluster: Cluster, tmp_path: pathlib.Path, started: list[ControllerProcess],
-                   ns: str) -> ControllerProcess:
-    ctl = ControllerProcess(cluster, tmp_path, lease="metronome", lease_namespace=ns).start()
-    started.append(ctl)
-    return ctl
 
 
 def slots_in_order(claim: JSON) -> list[str]:
@@ -46,7 +39,7 @@ def test_a_gang_of_twelve_is_pinned_in_rank_order(cluster: Cluster, tmp_path: pa
     # 12 pods of 4 GPUs on 8-GPU nodes: 6 nodes over two racks. Created last-first, so neither creation
     # order nor the name's lexicographic order (a-10 before a-2) gives the ranks.
     create(cluster, ns, b.podgroup(ns, "a", 12, gpus=4), list(reversed(b.gang_pods(ns, "a", 12, gpus=4))))
-    ctl = run_controller(cluster, tmp_path, controllers, ns)
+    ctl = start_controller(cluster, tmp_path, controllers, ns)
     wait_until(lambda: cluster.ungated(ns), 60, lambda: f"ungated pods\n{ctl.logs()}")
     claim = cluster.check_consistent(ns)["podgroup-a"]
     pinned = {objects.name(p): objects.pinned_node(p) for p in cluster.pods(ns)}
@@ -73,7 +66,7 @@ def test_volcano_task_roles_share_node_sets_or_say_how_to_unblock(cluster: Clust
             "nodeSelectorTerms": [{"matchExpressions": [{"key": cluster.node_label[0], "operator": "In",
                                                          "values": [cluster.node_label[1]]}]}]}}}
     create(cluster, ns, b.podgroup(ns, "h", 3), own)
-    ctl = run_controller(cluster, tmp_path, controllers, ns)
+    ctl = start_controller(cluster, tmp_path, controllers, ns)
     wait_until(lambda: cluster.ungated(ns), 60, lambda: f"ungated pods\n{ctl.logs()}")
     claims = cluster.check_consistent(ns)
     hosts = {n: n for n in claims["podgroup-h"]["status"]["nodes"]}  # the test nodes' hostname label is their name

@@ -45,6 +45,17 @@ def scheduler_conf(default_conf: pathlib.Path, directory: pathlib.Path) -> pathl
     return target
 
 
+def _served(healthz_port: int, metrics_port: int) -> list[str]:
+    """Health and listen addresses on loopback (the programs bind every interface by default), no leader election."""
+    return [
+        "--enable-healthz=true",
+        f"--healthz-address={LOOPBACK}:{healthz_port}",
+        "--enable-metrics=false",
+        f"--listen-address={LOOPBACK}:{metrics_port}",
+        "--leader-elect=false",
+    ]
+
+
 def scheduler_args(
     binary: pathlib.Path, *, kubeconfig: pathlib.Path, conf: pathlib.Path, healthz_port: int, metrics_port: int,
     dump_dir: pathlib.Path,
@@ -55,11 +66,7 @@ def scheduler_args(
         f"--kubeconfig={kubeconfig}",
         f"--scheduler-conf={conf}",
         f"--scheduler-name={SCHEDULER_NAME}",
-        "--enable-healthz=true",
-        f"--healthz-address={LOOPBACK}:{healthz_port}",
-        "--enable-metrics=false",
-        f"--listen-address={LOOPBACK}:{metrics_port}",
-        "--leader-elect=false",
+        *_served(healthz_port, metrics_port),
         f"--cache-dump-dir={dump_dir}",
         "--logtostderr",
         _VERBOSITY,
@@ -74,11 +81,7 @@ def controller_manager_args(
         str(binary),
         f"--kubeconfig={kubeconfig}",
         f"--scheduler-name={SCHEDULER_NAME}",
-        "--enable-healthz=true",
-        f"--healthz-address={LOOPBACK}:{healthz_port}",
-        "--enable-metrics=false",
-        f"--listen-address={LOOPBACK}:{metrics_port}",
-        "--leader-elect=false",
+        *_served(healthz_port, metrics_port),
         "--worker-threads=2",
         "--logtostderr",
         _VERBOSITY,
