@@ -1,7 +1,7 @@
 """The cluster's network as a core :class:`Topology`, from the first source that describes it.
 
-Sources, in order (DESIGN.md): STBandwidthCapacity objects; Volcano HyperNodes, whose tiers get the
-default capacities of the settings; node labels (the configurable rack label is tier 1, the zone
+Sources, in order (docs/controller.md, "Topology"): STBandwidthCapacity objects; Volcano HyperNodes,
+whose tiers get the default capacities of the settings; node labels (the configurable rack label is tier 1, the zone
 label tier 2). Every node always gets a NIC (tier 0) link: from a tier-0 STBandwidthCapacity that
 lists it, else the default NIC capacity. A source that cannot be used (overlapping link sets within
 a tier, say) is reported in ``warnings`` and the next one is tried.
