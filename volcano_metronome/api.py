@@ -1,4 +1,4 @@
-"""Stable API names shared by the webhook, the controller, the CRDs and the chart (DESIGN.md, API surface).
+"""Stable API names shared by the webhook, the controller, the CRDs and the chart (README.md, "API surface").
 
 Change a value here only with a migration note in the README.
 """

@@ -1,4 +1,4 @@
-"""kube.py without a server: resource paths, errors, and the Informer's list/watch state machine."""
+"""The kube package without a server: resource paths, errors, and the Informer's list/watch state machine."""
 
 from __future__ import annotations
 

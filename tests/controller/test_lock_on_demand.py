@@ -23,7 +23,7 @@ from volcano_metronome import api, kube
 from volcano_metronome.controller import objects, reconcile
 from volcano_metronome.controller.loop import Controller
 from volcano_metronome.controller.observe import claim_view
-from volcano_metronome.controller.policy import parse
+from volcano_metronome.controller.queuepolicy import parse
 from volcano_metronome.controller.reconcile import LOCKED, UNLOCKED, epoch_at_or_after, epoch_at_or_before
 from volcano_metronome.controller.settings import Settings
 from volcano_metronome.core.grid import SlotGrid

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tests.controller import builders as b
-from volcano_metronome.controller import objects, observe, policy, settings, topology
+from volcano_metronome.controller import network, objects, observe, queuepolicy, settings
 from volcano_metronome.controller.settings import DefaultCapacities, Settings
 from volcano_metronome.core.errors import InvalidInput
 from volcano_metronome.core.grid import SlotGrid
@@ -44,7 +44,7 @@ def test_settings_errors_name_field_value_and_expectation(data: dict, field: str
 
 def test_queue_policy_maps_to_core_policy() -> None:
     grid = SlotGrid()
-    view = policy.parse(b.queue_policy("p", volcanoQueues=["q1"], ordering="PriorityWithAging", agingPerMinute=2,
+    view = queuepolicy.parse(b.queue_policy("p", volcanoQueues=["q1"], ordering="PriorityWithAging", agingPerMinute=2,
                                        cushionSlots=1, overflowTolerance=0.1, maxCandidates=4,
                                        defaultProfile={"periodMs": 100, "windows": [
                                            {"startMs": 0, "lenMs": 10, "gbps": 50}]},
@@ -53,19 +53,19 @@ def test_queue_policy_maps_to_core_policy() -> None:
     assert view.policy.ordering is Ordering.PRIORITY_WITH_AGING and view.policy.cushion_slots == 1
     assert view.default_profile is not None and view.default_profile.period_ms == 100
     assert not view.reoptimization.enabled
-    bad = policy.parse(b.queue_policy("bad", ordering="Random"), grid, 100.0)
+    bad = queuepolicy.parse(b.queue_policy("bad", ordering="Random"), grid, 100.0)
     assert "spec.ordering" in bad.error and "Random" in bad.error
-    catch_all = policy.parse(b.queue_policy("all"), grid, 100.0)
-    assert policy.select([view, catch_all, bad], volcano_queue="q1") is view
-    assert policy.select([view, catch_all, bad], volcano_queue="other") is catch_all
-    assert policy.select([bad]) is None
+    catch_all = queuepolicy.parse(b.queue_policy("all"), grid, 100.0)
+    assert queuepolicy.select([view, catch_all, bad], volcano_queue="q1") is view
+    assert queuepolicy.select([view, catch_all, bad], volcano_queue="other") is catch_all
+    assert queuepolicy.select([bad]) is None
 
 
 def test_topology_from_labels_capacities_and_hypernodes() -> None:
     nodes = [b.node(f"n{i}", rack=f"r{i // 2}", labels={"zone": f"z{i // 4}"}) for i in range(8)]
     caps = DefaultCapacities(100, {1: 400, 2: 800})
-    net = topology.build(nodes, [], [], caps, "metronome.dev/rack", "zone")
-    assert net.source == topology.LABELS and net.topology.tiers == 3
+    net = network.build(nodes, [], [], caps, "metronome.dev/rack", "zone")
+    assert net.source == network.LABELS and net.topology.tiers == 3
     assert {lk.name for lk in net.topology.links if lk.tier == 1} >= {"rack:r0:up", "rack:r3:down"}
 
     cap_objs = [{"metadata": {"name": "nic-n0"}, "spec": {"capacityGbps": 200, "tier": 0, "nodes": ["n0"]}},
@@ -73,16 +73,16 @@ def test_topology_from_labels_capacities_and_hypernodes() -> None:
                                                           "nodeSelector": {"matchLabels": {"zone": "z0"}}}},
                 {"metadata": {"name": "up-b"}, "spec": {"capacityGbps": 60, "tier": 1, "direction": "Up",
                                                         "nodes": ["n4", "n5", "ghost"]}}]
-    net = topology.build(nodes, cap_objs, [], caps, "metronome.dev/rack", "zone")
+    net = network.build(nodes, cap_objs, [], caps, "metronome.dev/rack", "zone")
     links = {lk.name: lk for lk in net.topology.links}
-    assert net.source == topology.CAPACITIES
+    assert net.source == network.CAPACITIES
     assert links["cap:nic-n0:up"].capacity_gbps == 200 and links["nic:n1:up"].capacity_gbps == 100
     assert links["cap:leaf-a:down"].nodes == frozenset({"n0", "n1", "n2", "n3"})
     assert "cap:up-b:up" in links and "cap:up-b:down" not in links
     assert any("ghost" in w for w in net.warnings)
 
     shared_spec = [{"metadata": {"name": "gpu-nics"}, "spec": {"capacityGbps": 400, "tier": 0, "nodes": ["n0", "n1"]}}]
-    links = {lk.name: lk for lk in topology.build(nodes, shared_spec, [], caps, "metronome.dev/rack", "zone")
+    links = {lk.name: lk for lk in network.build(nodes, shared_spec, [], caps, "metronome.dev/rack", "zone")
              .topology.links}
     # A tier-0 object describes one NIC per node it names, not one link the nodes share.
     assert links["cap:gpu-nics:n0:up"].nodes == frozenset({"n0"}) and links["cap:gpu-nics:n0:up"].capacity_gbps == 400
@@ -95,16 +95,16 @@ def test_topology_from_labels_capacities_and_hypernodes() -> None:
            {"metadata": {"name": "spine"}, "spec": {"tier": 2, "members": [
                {"type": "HyperNode", "selector": {"exactMatch": {"name": "s0"}}},
                {"type": "HyperNode", "selector": {"exactMatch": {"name": "s1"}}}]}}]
-    net = topology.build(nodes, [], hns, caps, "metronome.dev/rack", "zone")
+    net = network.build(nodes, [], hns, caps, "metronome.dev/rack", "zone")
     links = {lk.name: lk for lk in net.topology.links}
-    assert net.source == topology.HYPERNODES
+    assert net.source == network.HYPERNODES
     assert links["hypernode:s1:up"].nodes == frozenset({"n4", "n5", "n6", "n7"})
     assert links["hypernode:spine:up"].capacity_gbps == 800 and len(links["hypernode:spine:up"].nodes) == 8
 
     overlapping = hns + [{"metadata": {"name": "s2"}, "spec": {"tier": 1, "members": [
         {"type": "Node", "selector": {"exactMatch": {"name": "n0"}}}]}}]
-    net = topology.build(nodes, [], overlapping, caps, "metronome.dev/rack", "zone")
-    assert net.source == topology.LABELS and any("HyperNode" in w for w in net.warnings)
+    net = network.build(nodes, [], overlapping, caps, "metronome.dev/rack", "zone")
+    assert net.source == network.LABELS and any("HyperNode" in w for w in net.warnings)
 
 
 def test_free_gpus_subtract_bound_pods_and_unbound_placed_members() -> None:

@@ -21,7 +21,7 @@ SPEC_FIELDS = {
     "STBandwidthCapacity": {"capacityGbps", "tier", "nodes", "nodeSelector", "direction"},
     "QueuePolicy": {"volcanoQueues", "kueueClusterQueues", "ordering", "agingPerMinute", "priorityWeight",
                     "cushionSlots", "overflowTolerance", "maxCandidates", "lockOnDemand", "defaultProfile",
-                    "tierLimit", "reoptimization"},
+                    "reoptimization"},
 }
 STATUS_FIELDS = {
     "STBandwidthClaim": {"nodes", "members", "offsetMs", "periodMs", "epoch", "links", "predictedOverflowGbpsMs",

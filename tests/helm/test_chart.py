@@ -385,6 +385,13 @@ def test_the_webhook_gets_the_controllers_hyperperiod_cap() -> None:
     assert "'not' failed" in template_error({"webhook": {"config": {"maxHyperperiodMs": 1000}}})
 
 
+def test_the_webhook_gets_the_controllers_nic_rate() -> None:
+    """One source for the NIC line rate: catalog models resolve at the rate the controller plans with."""
+    webhook, controller = _settings(template({"controller": {"config": {"defaultCapacities": {"nicGbps": 400}}}}))
+    assert webhook["lineRateGbps"] == controller["defaultCapacities"]["nicGbps"] == 400
+    assert "'not' failed" in template_error({"webhook": {"config": {"lineRateGbps": 200}}})
+
+
 def test_checksums_roll_only_the_component_whose_config_changed() -> None:
     def checksums(name: str) -> dict[str, str]:
         return {d["metadata"]["name"]: d["spec"]["template"]["metadata"]["annotations"]["checksum/config"]

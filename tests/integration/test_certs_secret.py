@@ -19,7 +19,8 @@ import pytest
 import yaml
 
 from tests.helm.chart import one, template
-from volcano_metronome import kube, pki
+from volcano_metronome import kube
+from volcano_metronome.certs import pki
 from volcano_metronome.cli import main
 from volcano_metronome.devtools.controlplane import ControlPlane
 

@@ -20,7 +20,8 @@ from kubernetes.client.rest import ApiException
 from tests.integration.conftest import require_binaries
 from volcano_metronome.devtools import binaries, sources
 from volcano_metronome.devtools.apply import ApiClient, load_manifests
-from volcano_metronome.devtools.controlplane import ControlPlane, ControlPlaneError
+from volcano_metronome.devtools.controlplane import ControlPlane
+from volcano_metronome.devtools.processes import ControlPlaneError
 
 
 @pytest.fixture(scope="module")
@@ -59,7 +60,7 @@ def test_api_server_answers_with_its_real_version(api: k8s.ApiClient, control_pl
 
 def test_admin_is_cluster_admin_and_strangers_are_not(control_plane: ControlPlane, tmp_path: pathlib.Path) -> None:
     """RBAC is on: a client certificate outside system:masters is authenticated but not authorised."""
-    from volcano_metronome import pki
+    from volcano_metronome.certs import pki
 
     stranger = pki.make_client_cert(control_plane.ca, "stranger")
     stranger.write(tmp_path / "s.crt", tmp_path / "s.key")

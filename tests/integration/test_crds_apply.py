@@ -117,7 +117,7 @@ def test_examples_are_accepted_and_defaulted(client: ApiClient, namespace: str, 
             assert "jitterMs" in stored["spec"]["profile"] and "priority" in stored["spec"]
         if obj["kind"] == "QueuePolicy":
             assert stored["spec"]["ordering"] in ("StrictPriority", "FIFO", "PriorityWithAging")
-            assert {"tierLimit", "reoptimization", "maxCandidates", "overflowTolerance"} <= set(stored["spec"])
+            assert {"reoptimization", "maxCandidates", "overflowTolerance"} <= set(stored["spec"])
         if obj["kind"] == "STBandwidthCapacity":
             assert stored["spec"]["direction"] in ("Both", "Up", "Down")
         if status is not None:

@@ -18,7 +18,7 @@ from kubernetes import config as k8s_config
 from volcano_metronome import api
 from volcano_metronome.devtools import devcluster, fabric
 from volcano_metronome.devtools.apply import ApiClient, ApiError
-from volcano_metronome.devtools.controlplane import ProcessRecord, is_alive
+from volcano_metronome.devtools.processes import ProcessRecord, is_alive
 from volcano_metronome.devtools.stack import COMPONENTS as STACK_COMPONENTS
 from volcano_metronome.devtools.stack import Stack
 

@@ -1,4 +1,4 @@
-"""Certificates made by volcano_metronome.pki verify as a TLS client would verify them."""
+"""Certificates made by volcano_metronome.certs.pki verify as a TLS client would verify them."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from cryptography.x509.verification import (
     VerificationError,
 )
 
-from volcano_metronome import pki
+from volcano_metronome.certs import pki
 from volcano_metronome.core.errors import MetronomeError
 
 

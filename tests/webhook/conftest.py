@@ -1,5 +1,5 @@
 """A real webhook server for the tests: ``volcano-metronome webhook`` (gunicorn, gevent workers) in a
-subprocess, over real HTTPS with certificates made by ``volcano_metronome.pki``."""
+subprocess, over real HTTPS with certificates made by ``volcano_metronome.certs.pki``."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from typing import Any, Iterator
 
 import pytest
 
-from volcano_metronome import pki
+from volcano_metronome.certs import pki
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 TEST_SETTINGS = "watch: {podGroups: false, claims: false}\n"  # no API server in this tier

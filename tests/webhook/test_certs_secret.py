@@ -13,7 +13,8 @@ import pytest
 from cryptography import x509
 
 from tests.webhook.fake_kube import Call, FakeKube
-from volcano_metronome import kube, pki
+from volcano_metronome import kube
+from volcano_metronome.certs import pki
 from volcano_metronome.cli import main
 
 NS, SECRET, MWC = "metronome", "hook-tls", "hook-config"

@@ -98,7 +98,7 @@ def test_rotation_under_load_loses_no_request(tmp_path: pathlib.Path):
             for _ in range(8):  # atomic replacements, certificate first then key (a mismatched pair in between)
                 latest = certs.rotate()
                 time.sleep(0.15)
-            from volcano_metronome import pki
+            from volcano_metronome.certs import pki
 
             in_place = pki.make_serving_cert(certs.ca, dns_names=["localhost"], ip_addresses=["127.0.0.1"])
             _write_in_place(certs.directory / "tls.key", in_place.key_pem)

@@ -9,8 +9,9 @@ import pytest
 from cryptography import x509
 from cryptography.x509.verification import PolicyBuilder, Store
 
-from volcano_metronome import pki, servingcerts
-from volcano_metronome.servingcerts import Existing, Wanted, ensure, wanted_for
+from volcano_metronome.certs import pki
+from volcano_metronome.certs import serving as servingcerts
+from volcano_metronome.certs.serving import Existing, Wanted, ensure, wanted_for
 
 NOW = datetime.datetime.now(datetime.timezone.utc)
 WANTED = wanted_for("hook", "ns")

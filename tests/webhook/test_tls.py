@@ -8,7 +8,7 @@ import ssl
 
 import pytest
 
-from volcano_metronome import pki
+from volcano_metronome.certs import pki
 from webhooks.tls import ReloadingContext, build_context
 
 

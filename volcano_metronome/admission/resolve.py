@@ -32,7 +32,8 @@ from volcano_metronome.admission.annotations import (
     read_request,
     read_resolved,
 )
-from volcano_metronome.admission.settings import Settings, profile_from_camel
+from volcano_metronome.admission.settings import Settings
+from volcano_metronome.shapes.profiles import profile_from_spec
 from volcano_metronome.catalog import Catalog, builtin
 from volcano_metronome.core import limits
 from volcano_metronome.core.errors import InvalidInput
@@ -148,4 +149,4 @@ def claim_profile(name: str, namespace: str, lookup: Lookup | None, at: str) -> 
                                      "(create the claim first)")
     spec = claim.get("spec") if isinstance(claim, dict) else None
     profile = spec.get("profile") if isinstance(spec, dict) else None
-    return profile_from_camel(profile, f"STBandwidthClaim {namespace}/{name} spec.profile")
+    return profile_from_spec(profile, f"STBandwidthClaim {namespace}/{name} spec.profile")

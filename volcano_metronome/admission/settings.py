@@ -17,10 +17,7 @@ from volcano_metronome.core import fields, limits
 from volcano_metronome.core.errors import InvalidInput
 from volcano_metronome.core.limits import MAX_GBPS
 from volcano_metronome.core.profile import Profile
-
-# camelCase keys of a profile in a settings file or a claim, and the names core.profile uses.
-_CAMEL = {"periodMs": "period_ms", "windows": "windows", "jitterMs": "jitter_ms"}
-_CAMEL_WINDOW = {"startMs": "start_ms", "lenMs": "len_ms", "gbps": "gbps"}
+from volcano_metronome.shapes.profiles import parse_profile
 
 
 @dataclass(frozen=True)
@@ -93,53 +90,6 @@ def parse_settings(data: Any, catalog: Catalog | None = None) -> Settings:
         watch=Watch(pod_groups=fields.boolean(watch.get("podGroups", True), "watch.podGroups"),
                     claims=fields.boolean(watch.get("claims", True), "watch.claims")),
     )
-
-
-def parse_profile(data: Any, where: str, catalog: Catalog, line_rate_gbps: float) -> Profile:
-    """A profile written as ``{model: NAME [, jitterMs]}`` or ``{periodMs, windows: [{startMs, lenMs, gbps}], jitterMs}``."""
-    if isinstance(data, dict) and "model" in data:
-        entries = fields.mapping(data, where, {"model", "jitterMs"})
-        name = entries["model"]
-        profile = catalog.get(name, field=f"{where}.model").profile(line_rate_gbps)
-        if "jitterMs" in entries:
-            jitter = fields.number(entries["jitterMs"], f"{where}.jitterMs")
-            try:
-                profile = Profile(profile.period_ms, profile.windows, jitter)
-            except InvalidInput as exc:
-                raise InvalidInput(f"{where}.jitterMs", jitter, exc.expected) from None
-        return profile
-    return profile_from_camel(data, where)
-
-
-def profile_from_camel(data: Any, where: str, extra_keys: frozenset[str] = frozenset()) -> Profile:
-    """A profile in camelCase form ``{periodMs, windows: [{startMs, lenMs, gbps}], jitterMs}``; ``extra_keys``
-    (e.g. other fields of a claim's spec) are allowed and ignored."""
-    entries = fields.mapping(data, where, set(_CAMEL) | extra_keys)
-    raw_windows = entries.get("windows")
-    if not isinstance(raw_windows, list) or not raw_windows:
-        raise InvalidInput(f"{where}.windows", raw_windows, "a non-empty list of {startMs, lenMs, gbps}")
-    windows = []
-    for i, window in enumerate(raw_windows):
-        at = f"{where}.windows[{i}]"
-        parts = fields.mapping(window, at, set(_CAMEL_WINDOW))
-        windows.append({_CAMEL_WINDOW[k]: fields.number(v, f"{at}.{k}") for k, v in parts.items()})
-    snake = {"period_ms": fields.number(entries.get("periodMs"), f"{where}.periodMs"), "windows": windows}
-    if "jitterMs" in entries:
-        snake["jitter_ms"] = fields.number(entries["jitterMs"], f"{where}.jitterMs")
-    try:
-        return Profile.from_mapping(snake, field=where)
-    except InvalidInput as exc:
-        raise InvalidInput(_camel_field(exc.field, where), exc.value, _camel_field(exc.expected, where)) from None
-
-
-def _camel_field(name: str, where: str) -> str:
-    """Rename core.profile's snake_case field names to the camelCase keys of the input."""
-    if name.startswith("profile."):  # core.profile.validate names fields without the caller's prefix
-        name = where + name[len("profile"):]
-    for snake, camel in (("period_ms", "periodMs"), ("jitter_ms", "jitterMs"), ("start_ms", "startMs"),
-                         ("len_ms", "lenMs")):
-        name = name.replace(snake, camel)
-    return name
 
 
 def _or_empty(value: Any) -> Any:

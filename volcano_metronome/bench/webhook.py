@@ -1,7 +1,7 @@
 """``python -m volcano_metronome.bench webhook --rps R --seconds S [--json]``: admission latency and throughput.
 
 Starts the real server (``volcano-metronome webhook``: gunicorn, gthread workers, TLS, JSON access log
-to a file) in a subprocess with certificates made by ``volcano_metronome.pki``, then drives it from
+to a file) in a subprocess with certificates made by ``volcano_metronome.certs.pki``, then drives it from
 load-generator processes of its own over TLS keep-alive connections, as the API server's connection
 pool does. The request mix is what a cluster sends: mostly pods of managed gangs (gated), some
 unmanaged pods, and the gang objects themselves (Volcano Job, PodGroup, Kueue Job and Workload).
@@ -92,7 +92,7 @@ def main(argv: Sequence[str]) -> int:
 
 # ------------------------------------------------------------------------------------------ server
 def _certificates(tmp: pathlib.Path) -> bytes:
-    from volcano_metronome import pki
+    from volcano_metronome.certs import pki
 
     ca = pki.make_ca("bench-ca")
     pki.make_serving_cert(ca, dns_names=["localhost"], ip_addresses=["127.0.0.1"]).write(tmp / "tls.crt", tmp / "tls.key")

@@ -28,7 +28,7 @@ from volcano_metronome.core.errors import InvalidInput, MetronomeError
 
 if TYPE_CHECKING:
     from volcano_metronome import kube as kube_module
-    from volcano_metronome import servingcerts
+    from volcano_metronome.certs import serving as servingcerts
 
 # Service and namespace names are DNS-1123 labels; they become the certificate's DNS names.
 _DNS_1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
@@ -58,7 +58,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Make (or reuse) the CA and serving certificate, store them, print the caBundle."""
-    from volcano_metronome import servingcerts
+    from volcano_metronome.certs import serving as servingcerts
 
     _check(args)
     wanted = servingcerts.wanted_for(args.service, args.namespace, days=args.days, localhost=args.localhost)
@@ -104,7 +104,8 @@ def _check(args: argparse.Namespace) -> None:
 
 
 def _read_dir(out: pathlib.Path) -> servingcerts.Existing:
-    from volcano_metronome import pki, servingcerts
+    from volcano_metronome.certs import pki
+    from volcano_metronome.certs import serving as servingcerts
 
     ca_cert, ca_key = out / servingcerts.CA_CRT, out / servingcerts.CA_KEY
     if ca_cert.is_file() and ca_key.is_file():
@@ -115,7 +116,8 @@ def _read_dir(out: pathlib.Path) -> servingcerts.Existing:
 def _sync_secret(client: kube_module.Kube, namespace: str, name: str, wanted: servingcerts.Wanted,
                  fallback: servingcerts.Existing, *, new_ca: bool) -> servingcerts.Material:
     """Bring the Secret to good material: read, decide, write only a change, and start over on a conflict."""
-    from volcano_metronome import kube, servingcerts
+    from volcano_metronome import kube
+    from volcano_metronome.certs import serving as servingcerts
 
     where = f"Secret {namespace}/{name}"
     for attempt in range(WRITE_ATTEMPTS):

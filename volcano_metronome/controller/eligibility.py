@@ -22,8 +22,8 @@ import json
 from typing import Any, Iterable, Mapping, Sequence
 
 from volcano_metronome.controller import objects
+from volcano_metronome.shapes.selectors import term_matches
 
-JSON = dict[str, Any]
 HARD_EFFECTS = ("NoSchedule", "NoExecute")
 
 
@@ -33,7 +33,7 @@ def admits(node: Mapping[str, Any], spec: Mapping[str, Any]) -> bool:
     if any(labels.get(k) != v for k, v in (spec.get("nodeSelector") or {}).items()):
         return False
     terms = _required_terms(spec)
-    if terms is not None and not any(_term_matches(t, labels, objects.name(node)) for t in terms):
+    if terms is not None and not any(term_matches(t, labels, objects.name(node)) for t in terms):
         return False
     tolerations = spec.get("tolerations") or []
     return all(any(_tolerates(tol, taint) for tol in tolerations)
@@ -65,36 +65,6 @@ def _required_terms(spec: Mapping[str, Any]) -> list[Mapping[str, Any]] | None:
     if required is None:
         return None
     return list(required.get("nodeSelectorTerms") or [])
-
-
-def _term_matches(term: Mapping[str, Any], labels: Mapping[str, str], name: str) -> bool:
-    expressions = term.get("matchExpressions") or []
-    fields = term.get("matchFields") or []
-    if not expressions and not fields:
-        return False
-    return (all(_matches(e, labels) for e in expressions)
-            and all(_matches(f, {"metadata.name": name}) for f in fields))
-
-
-def _matches(requirement: Mapping[str, Any], values: Mapping[str, str]) -> bool:
-    key, op = str(requirement.get("key") or ""), requirement.get("operator")
-    wanted = [str(v) for v in requirement.get("values") or []]
-    present = key in values
-    if op == "In":
-        return present and values[key] in wanted
-    if op == "NotIn":
-        return not present or values[key] not in wanted
-    if op == "Exists":
-        return present
-    if op == "DoesNotExist":
-        return not present
-    if op in ("Gt", "Lt") and present and len(wanted) == 1:
-        try:
-            have, bound = int(values[key]), int(wanted[0])
-        except ValueError:
-            return False
-        return have > bound if op == "Gt" else have < bound
-    return False  # an operator the API server would have refused, or Gt/Lt without an integer
 
 
 def _tolerates(toleration: Mapping[str, Any], taint: Mapping[str, Any]) -> bool:

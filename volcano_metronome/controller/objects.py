@@ -2,18 +2,15 @@
 
 from __future__ import annotations
 
-import datetime
-import json
 import math
 import re
 from typing import Any, Iterable, Mapping, Sequence
 
 from volcano_metronome import api
-from volcano_metronome.core.errors import InvalidInput
-from volcano_metronome.core.profile import Profile
+from volcano_metronome.shapes import JSON as JSON
+from volcano_metronome.shapes import profiles, times
+from volcano_metronome.shapes.selectors import NODE_NAME_FIELD as NODE_NAME_FIELD
 
-JSON = dict[str, Any]
-NODE_NAME_FIELD = "metadata.name"
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 TERMINAL_PHASES = ("Succeeded", "Failed")
 
@@ -53,19 +50,12 @@ def created_s(obj: Mapping[str, Any]) -> float:
     return parse_time(meta(obj).get("creationTimestamp")) or 0.0
 
 
-def parse_time(value: Any) -> float | None:
-    """Unix seconds of a Kubernetes Time / MicroTime string."""
-    if not isinstance(value, str) or not value:
-        return None
-    try:
-        return datetime.datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return None
-
-
-def format_time(unix_s: float) -> str:
-    """A Kubernetes ``Time`` string (RFC 3339, seconds, UTC)."""
-    return datetime.datetime.fromtimestamp(unix_s, datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+# The shared shapes, under the names the controller has always read them by.
+parse_time = times.parse_time
+format_time = times.format_time
+profile_from_spec = profiles.profile_from_spec
+profile_to_spec = profiles.profile_to_spec
+profile_from_annotation = profiles.profile_from_annotation
 
 
 def condition(obj: Mapping[str, Any], kind: str) -> Mapping[str, Any] | None:
@@ -269,41 +259,6 @@ def pinned_terms(pod: Mapping[str, Any], nodes: str | Sequence[str],
         new[where] = reqs
         out.append(new)
     return out
-
-
-# ------------------------------------------------------------------------------------------- profiles
-def profile_from_annotation(text: str, where: str) -> Profile:
-    """The webhook's ``metronome.dev/profile`` annotation (compact JSON of ``Profile.to_dict()``)."""
-    try:
-        data = json.loads(text)
-    except ValueError:
-        raise InvalidInput(where, text, "compact JSON of a profile {period_ms, windows, jitter_ms}") from None
-    return Profile.from_mapping(data, where)
-
-
-_CAMEL = {"periodMs": "period_ms", "jitterMs": "jitter_ms", "startMs": "start_ms", "lenMs": "len_ms"}
-
-
-def profile_from_spec(data: Any, where: str) -> Profile:
-    """A CRD profile ``{periodMs, windows: [{startMs, lenMs, gbps}], jitterMs}`` (snake_case accepted too)."""
-    if not isinstance(data, Mapping):
-        raise InvalidInput(where, data, "a mapping {periodMs, windows: [{startMs, lenMs, gbps}], jitterMs}")
-
-    def snake(m: Mapping[str, Any]) -> JSON:
-        return {_CAMEL.get(k, k): v for k, v in m.items()}
-
-    converted = snake(data)
-    if isinstance(converted.get("windows"), list):
-        converted["windows"] = [snake(w) if isinstance(w, Mapping) else w for w in converted["windows"]]
-    return Profile.from_mapping(converted, where)
-
-
-def profile_to_spec(profile: Profile) -> JSON:
-    """A profile in the CRD's camelCase form."""
-    d = profile.to_dict()
-    return {"periodMs": d["period_ms"],
-            "windows": [{"startMs": w["start_ms"], "lenMs": w["len_ms"], "gbps": w["gbps"]} for w in d["windows"]],
-            "jitterMs": d["jitter_ms"]}
 
 
 def number_text(x: float) -> str:

@@ -22,10 +22,10 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Iterable, Mapping, Sequence
 
 from volcano_metronome import api
-from volcano_metronome.controller import eligibility, objects, policy as policies, ranks as ranking, \
-    topology as network, vanished
+from volcano_metronome.controller import eligibility, network, objects, queuepolicy as policies, ranks as ranking, \
+    vanished
 from volcano_metronome.controller.objects import JSON
-from volcano_metronome.controller.policy import QueuePolicyView
+from volcano_metronome.controller.queuepolicy import QueuePolicyView
 from volcano_metronome.controller.settings import Settings
 from volcano_metronome.core.errors import InvalidInput
 from volcano_metronome.core.model import ClusterState, Gang, Running

@@ -50,7 +50,7 @@ from volcano_metronome.controller.constraints import assign
 from volcano_metronome.controller.objects import JSON
 from volcano_metronome.controller.observe import (GANG_API_VERSIONS, RELEASED, ClaimView, GangView, PodView,
                                                   World)
-from volcano_metronome.controller.policy import QueuePolicyView
+from volcano_metronome.controller.queuepolicy import QueuePolicyView
 from volcano_metronome.controller.settings import Settings
 from volcano_metronome.core.cycle import commit
 from volcano_metronome.core.decision import Decision, NoFit

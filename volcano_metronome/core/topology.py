@@ -92,11 +92,6 @@ class Topology:
         return indptr, ids
 
     @cached_property
-    def link_sizes(self) -> np.ndarray:
-        """How many nodes sit behind each link."""
-        return np.array([len(link.nodes) for link in self.links], dtype=np.int64)
-
-    @cached_property
     def link_tiers(self) -> np.ndarray:
         """Tier of every link."""
         return np.array([link.tier for link in self.links], dtype=np.int64)
@@ -122,10 +117,6 @@ class Topology:
     def domain_of(self, tier: int) -> np.ndarray:
         """Domain id of every node at ``tier`` (>= 1); nodes behind no link of the tier get their own domain."""
         return self._domains[tier][0]
-
-    def domain_names(self, tier: int) -> tuple[str, ...]:
-        """Names of the domains of ``tier``, indexed by domain id."""
-        return self._domains[tier][1]
 
     @cached_property
     def _domains(self) -> dict[int, tuple[np.ndarray, tuple[str, ...]]]:

@@ -14,7 +14,7 @@ from typing import Any, Mapping
 
 import yaml
 
-from volcano_metronome.devtools.controlplane import LOOPBACK
+from volcano_metronome.devtools.processes import LOOPBACK
 from volcano_metronome.devtools.fabric import KWOK_ANNOTATION
 
 # What kube-controller-manager runs: enough for batch Jobs to create pods, objects to be

@@ -1,6 +1,6 @@
 """A real etcd + kube-apiserver running as local processes on free loopback ports (envtest style).
 
-``ControlPlane`` generates its own PKI (``volcano_metronome.pki``), writes an admin kubeconfig, starts
+``ControlPlane`` generates its own PKI (``volcano_metronome.certs.pki``), writes an admin kubeconfig, starts
 etcd and then kube-apiserver, each in its own process group with its output in a log file in the work
 directory, and waits until ``/readyz`` answers over mutual TLS. ``stop()`` kills both process groups
 and waits until their ports are free again.
@@ -17,11 +17,8 @@ from __future__ import annotations
 import base64
 import contextlib
 import json
-import os
 import pathlib
 import shutil
-import signal
-import socket
 import ssl
 import subprocess
 import tempfile
@@ -30,23 +27,27 @@ import urllib.error
 import urllib.request
 from dataclasses import asdict, dataclass
 from types import TracebackType
-from typing import Mapping, Sequence
+from typing import Sequence
 
 import yaml
 
-from volcano_metronome import pki
-from volcano_metronome.core.errors import MetronomeError
+from volcano_metronome.certs import pki
 from volcano_metronome.devtools import binaries
+# Re-exported (``as``): modules written before the split import these from here.
+from volcano_metronome.devtools.processes import LOOPBACK as LOOPBACK
+from volcano_metronome.devtools.processes import ControlPlaneError as ControlPlaneError
+from volcano_metronome.devtools.processes import ProcessRecord as ProcessRecord
+from volcano_metronome.devtools.processes import free_ports as free_ports
+from volcano_metronome.devtools.processes import is_alive as is_alive
+from volcano_metronome.devtools.processes import port_free as port_free
+from volcano_metronome.devtools.processes import spawn as spawn
+from volcano_metronome.devtools.processes import terminate as terminate
+from volcano_metronome.devtools.processes import wait_ports_free as wait_ports_free
 
-LOOPBACK = "127.0.0.1"
 SERVICE_CIDR = "10.0.0.0/24"
 ADMIN_USER = "metronome-admin"
 _STATE_FILE = "state.json"
 _LOG_TAIL_LINES = 40
-
-
-class ControlPlaneError(MetronomeError):
-    """The control plane could not start, become ready or stop; carries the tails of its logs."""
 
 
 @dataclass(frozen=True)
@@ -60,16 +61,6 @@ class Ports:
     def all(self) -> tuple[int, ...]:
         """Every port, for leak checks."""
         return (self.etcd_client, self.etcd_peer, self.apiserver)
-
-
-@dataclass(frozen=True)
-class ProcessRecord:
-    """A started process, identified well enough to never signal a stranger that reused its pid."""
-
-    name: str
-    pid: int
-    start_ticks: int  # field 22 of /proc/<pid>/stat: when the process started, in clock ticks
-    log_path: str
 
 
 class ControlPlane:
@@ -457,132 +448,3 @@ class ControlPlane:
             "processes": {name: asdict(record) for name, record in self._records.items()},
         }
         (self.work_dir / _STATE_FILE).write_text(json.dumps(state, indent=2) + "\n")
-
-
-def free_ports(count: int) -> list[int]:
-    """``count`` distinct loopback ports that are free right now."""
-    sockets: list[socket.socket] = []
-    try:
-        # Hold all of them open at once so the kernel hands out distinct ports.
-        for _ in range(count):
-            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            sock.bind((LOOPBACK, 0))
-            sockets.append(sock)
-        return [sock.getsockname()[1] for sock in sockets]
-    finally:
-        for sock in sockets:
-            sock.close()
-
-
-def port_free(port: int) -> bool:
-    """Whether a listener could bind ``port`` on loopback now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        # Same option the Go servers set: a port in TIME_WAIT is free for a listener.
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind((LOOPBACK, port))
-        except OSError:
-            return False
-        return True
-
-
-def wait_ports_free(ports: Sequence[int], *, timeout: float) -> None:
-    """Wait until every port is free; raise :class:`ControlPlaneError` naming the busy ones after ``timeout``."""
-    deadline = time.monotonic() + timeout
-    while True:
-        busy = [port for port in ports if not port_free(port)]
-        if not busy:
-            return
-        if time.monotonic() > deadline:
-            raise ControlPlaneError(f"ports {busy} are still in use {timeout:.0f}s after stopping")
-        time.sleep(0.1)
-
-
-def spawn(
-    name: str,
-    args: Sequence[str],
-    *,
-    log_path: pathlib.Path,
-    cwd: pathlib.Path,
-    env: Mapping[str, str] | None = None,
-) -> tuple[subprocess.Popen[bytes], ProcessRecord]:
-    """Start ``args`` in its own session and process group, output appended to ``log_path``.
-
-    ``env`` replaces the environment (default: this process's).
-    """
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    with open(log_path, "ab") as log:
-        log.write(f"--- {time.strftime('%Y-%m-%dT%H:%M:%S')} starting: {' '.join(args)}\n".encode())
-        log.flush()
-        try:
-            child = subprocess.Popen(
-                list(args),
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                cwd=cwd,
-                env=None if env is None else dict(env),
-                # Its own session and process group: terminate() kills the whole group, and a
-                # detached dev cluster survives the terminal that started it.
-                start_new_session=True,
-                close_fds=True,
-            )
-        except OSError as exc:
-            raise ControlPlaneError(f"cannot start {name} ({args[0]}): {exc}") from exc
-    return child, ProcessRecord(name=name, pid=child.pid, start_ticks=_start_ticks(child.pid), log_path=str(log_path))
-
-
-def terminate(record: ProcessRecord, child: subprocess.Popen[bytes] | None = None) -> None:
-    """SIGTERM the process group of ``record``, SIGKILL it if it lingers, and wait until it is gone."""
-    if child is None and not is_alive(record):
-        return
-    _signal_group(record.pid, signal.SIGTERM)
-    if not _wait_gone(record, child, timeout=15.0):
-        _signal_group(record.pid, signal.SIGKILL)
-        if not _wait_gone(record, child, timeout=10.0):
-            raise ControlPlaneError(f"{record.name} (pid {record.pid}) survived SIGKILL")
-    # Helpers a server may have forked stay in its group; make sure none is left behind.
-    _signal_group(record.pid, signal.SIGKILL)
-
-
-def is_alive(record: ProcessRecord) -> bool:
-    """Whether the process of ``record`` still runs (and is the same process, not a reused pid)."""
-    try:
-        stat = pathlib.Path(f"/proc/{record.pid}/stat").read_text()
-    except OSError:
-        return False
-    fields = stat[stat.rindex(")") + 2 :].split()
-    if fields[0] == "Z":
-        return False
-    return record.start_ticks == 0 or int(fields[19]) == record.start_ticks
-
-
-def _start_ticks(pid: int) -> int:
-    try:
-        stat = pathlib.Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return 0
-    # The command name (field 2) may contain spaces and parentheses; fields after it are plain.
-    fields = stat[stat.rindex(")") + 2 :].split()
-    return int(fields[19])
-
-
-def _signal_group(pgid: int, sig: signal.Signals) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, sig)
-
-
-def _wait_gone(record: ProcessRecord, child: subprocess.Popen[bytes] | None, *, timeout: float) -> bool:
-    if child is not None:
-        try:
-            child.wait(timeout=timeout)
-            return True
-        except subprocess.TimeoutExpired:
-            return False
-    deadline = time.monotonic() + timeout
-    while is_alive(record):
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.1)
-    return True
-

@@ -21,7 +21,8 @@ import yaml
 
 from volcano_metronome import api
 from volcano_metronome.devtools import binaries
-from volcano_metronome.devtools.controlplane import ControlPlane, ProcessRecord, is_alive, terminate
+from volcano_metronome.devtools.controlplane import ControlPlane
+from volcano_metronome.devtools.processes import ProcessRecord, is_alive, terminate
 from volcano_metronome.devtools.fabric import GPU_RESOURCE, Layout
 from volcano_metronome.devtools.stack import Stack
 

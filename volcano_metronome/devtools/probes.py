@@ -10,7 +10,7 @@ import urllib.request
 from volcano_metronome import api
 from volcano_metronome.devtools import volcano
 from volcano_metronome.devtools.apply import ApiClient
-from volcano_metronome.devtools.controlplane import LOOPBACK
+from volcano_metronome.devtools.processes import LOOPBACK
 
 
 def forget_local_webhooks(client: ApiClient) -> None:

@@ -25,8 +25,7 @@ from typing import Any, Mapping, Sequence
 import yaml
 
 from volcano_metronome.core.errors import MetronomeError
-
-JSON = dict[str, Any]
+from volcano_metronome.shapes import JSON
 CHART_WEBHOOK_TEMPLATE = "templates/mutatingwebhookconfiguration.yaml"
 KUEUE_NAME_PREFIX = "kueue-"  # config/default/kustomization.yaml of Kueue
 _FIELD_PATH = re.compile(r"webhooks\.\[name=([^\]]+)\]\.([A-Za-z]+)")

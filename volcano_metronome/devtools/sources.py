@@ -6,7 +6,7 @@ import pathlib
 
 from volcano_metronome.devtools import binaries
 from volcano_metronome.devtools import upstream as upstream_data
-from volcano_metronome.devtools.controlplane import ControlPlaneError
+from volcano_metronome.devtools.processes import ControlPlaneError
 
 
 def repo_root() -> pathlib.Path:

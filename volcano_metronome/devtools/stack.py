@@ -40,12 +40,12 @@ from typing import Any, Callable, Iterable, Mapping
 
 import yaml
 
-from volcano_metronome import pki
+from volcano_metronome.certs import pki
 from volcano_metronome.devtools import binaries, components, probes, recipes, registrations, sources, volcano
 from volcano_metronome.devtools.apply import ApiClient, ApiError
-from volcano_metronome.devtools.controlplane import (
+from volcano_metronome.devtools.controlplane import ControlPlane
+from volcano_metronome.devtools.processes import (
     LOOPBACK,
-    ControlPlane,
     ControlPlaneError,
     ProcessRecord,
     free_ports,

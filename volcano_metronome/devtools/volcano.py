@@ -25,7 +25,7 @@ from typing import Any
 import yaml
 
 from volcano_metronome.devtools import registrations
-from volcano_metronome.devtools.controlplane import LOOPBACK
+from volcano_metronome.devtools.processes import LOOPBACK
 
 NAMESPACE = "volcano-system"
 RELEASE = "volcano"

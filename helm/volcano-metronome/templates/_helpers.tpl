@@ -153,10 +153,13 @@ the objects it renders (the Lease RBAC is limited to one name; probes and Servic
 {{- end -}}
 
 {{/*
-The webhook's settings: its values plus the controller's hyperperiod cap, so that the webhook refuses
-exactly the periods the controller could never place (one source: controller.config.maxHyperperiodMs).
+The webhook's settings: its values plus two of the controller's, each with one source: the hyperperiod
+cap, so that the webhook refuses exactly the periods the controller could never place
+(controller.config.maxHyperperiodMs), and the NIC line rate catalog models are resolved at
+(controller.config.defaultCapacities.nicGbps).
 */}}
 {{- define "metronome.webhookConfig" -}}
-{{- $cap := dict "maxHyperperiodMs" (.Values.controller.config.maxHyperperiodMs | default 25200) -}}
-{{- toYaml (mergeOverwrite (deepCopy .Values.webhook.config) $cap) -}}
+{{- $caps := .Values.controller.config.defaultCapacities | default dict -}}
+{{- $owned := dict "maxHyperperiodMs" (.Values.controller.config.maxHyperperiodMs | default 25200) "lineRateGbps" ($caps.nicGbps | default 100) -}}
+{{- toYaml (mergeOverwrite (deepCopy .Values.webhook.config) $owned) -}}
 {{- end -}}

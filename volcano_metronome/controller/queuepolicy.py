@@ -13,6 +13,7 @@ from volcano_metronome.core.errors import InvalidInput
 from volcano_metronome.core.grid import SlotGrid
 from volcano_metronome.core.model import Ordering, Policy
 from volcano_metronome.core.profile import Profile
+from volcano_metronome.shapes.profiles import parse_profile
 
 DEFAULT_NAME = ""  # the built-in policy used when no QueuePolicy governs a gang
 
@@ -98,18 +99,10 @@ def _parse(obj: Mapping[str, Any], name: str, generation: int, grid: SlotGrid, n
 
 
 def default_profile(data: Any, where: str, nic_gbps: float, catalog: Catalog) -> Profile | None:
-    """``defaultProfile``: ``{model: NAME}`` (catalog, at the NIC rate), ``{profile: {...}}`` or a profile."""
-    if data is None:
+    """``defaultProfile``: ``{model: NAME}`` (catalog, at the NIC rate) or ``{periodMs, windows, jitterMs}``."""
+    if data is None or (isinstance(data, Mapping) and not data):
         return None
-    if not isinstance(data, Mapping):
-        raise InvalidInput(where, data, "a mapping {model: NAME} or {profile: {periodMs, windows, jitterMs}}")
-    if "model" in data and data["model"]:
-        return catalog.get(data["model"], f"{where}.model").profile(nic_gbps)
-    if "profile" in data and data["profile"]:
-        return objects.profile_from_spec(data["profile"], f"{where}.profile")
-    if "periodMs" in data or "period_ms" in data:
-        return objects.profile_from_spec(data, where)
-    return None
+    return parse_profile(data, where, catalog, nic_gbps)
 
 
 def select(policies: Sequence[QueuePolicyView], *, volcano_queue: str | None = None,

@@ -25,7 +25,7 @@ from cryptography import x509
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 
-from volcano_metronome import pki
+from volcano_metronome.certs import pki
 
 RENEW_BEFORE = datetime.timedelta(days=30)
 CA_DAYS = 3650  # at least; a longer serving validity asked for gets a CA that outlives it

@@ -1,7 +1,7 @@
 """The cluster's network as a core :class:`Topology`, from the first source that describes it.
 
-Sources, in order (DESIGN.md): STBandwidthCapacity objects; Volcano HyperNodes, whose tiers get the
-default capacities of the settings; node labels (the configurable rack label is tier 1, the zone
+Sources, in order (docs/controller.md, "Topology"): STBandwidthCapacity objects; Volcano HyperNodes,
+whose tiers get the default capacities of the settings; node labels (the configurable rack label is tier 1, the zone
 label tier 2). Every node always gets a NIC (tier 0) link: from a tier-0 STBandwidthCapacity that
 lists it, else the default NIC capacity. A source that cannot be used (overlapping link sets within
 a tier, say) is reported in ``warnings`` and the next one is tried.
@@ -17,6 +17,7 @@ from volcano_metronome.controller import objects
 from volcano_metronome.controller.settings import DefaultCapacities
 from volcano_metronome.core.errors import InvalidInput
 from volcano_metronome.core.topology import DOWN, UP, Link, Topology, duplex
+from volcano_metronome.shapes.selectors import label_selector_matches
 
 CAPACITIES = "STBandwidthCapacity"
 HYPERNODES = "HyperNode"
@@ -129,27 +130,7 @@ def _capacity_nodes(spec: Mapping[str, Any], names: Sequence[str],
     selector = spec.get("nodeSelector")
     if not isinstance(selector, Mapping) or not selector:
         return []
-    return [n for n in names if selector_matches(selector, node_labels.get(n, {}))]
-
-
-def selector_matches(selector: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
-    """A metav1.LabelSelector ({matchLabels, matchExpressions}) or a plain label map, against labels."""
-    if "matchLabels" not in selector and "matchExpressions" not in selector:
-        return all(labels.get(k) == v for k, v in selector.items())
-    if any(labels.get(k) != v for k, v in (selector.get("matchLabels") or {}).items()):
-        return False
-    for expr in selector.get("matchExpressions") or []:
-        key, op, values = expr.get("key"), expr.get("operator"), expr.get("values") or []
-        present = key in labels
-        if op == "In" and not (present and labels[key] in values):
-            return False
-        if op == "NotIn" and present and labels[key] in values:
-            return False
-        if op == "Exists" and not present:
-            return False
-        if op == "DoesNotExist" and present:
-            return False
-    return True
+    return [n for n in names if label_selector_matches(selector, node_labels.get(n, {}))]
 
 
 def _from_hypernodes(hypernodes: Sequence[Mapping[str, Any]], names: tuple[str, ...],
@@ -199,7 +180,7 @@ def _select(selector: Mapping[str, Any], candidates: Sequence[str],
             return []
         return [c for c in candidates if rx.match(c)]
     if "labelMatch" in selector:
-        return [c for c in candidates if selector_matches(selector.get("labelMatch") or {}, node_labels.get(c, {}))]
+        return [c for c in candidates if label_selector_matches(selector.get("labelMatch") or {}, node_labels.get(c, {}))]
     return []
 
 
