@@ -1,0 +1,89 @@
+"""ProfileDrift on a real kube-apiserver + etcd: the controller (a subprocess) reads a measured profile
+from a claim's status (written as the node agent writes it, a status patch validated by the CRD's
+schema and CEL rules) and reports the drift; under ``profilePolicy: adopt`` it re-plans the gang with
+the measured profile (new period from a future epoch, published on the pods)."""
+
+from __future__ import annotations
+
+import pathlib
+from typing import Any, Iterator
+
+import pytest
+
+from tests.controller import builders as b
+from tests.controller.cluster import Cluster, ControllerProcess, start_controller, wait_until
+from volcano_metronome import api, kube
+from volcano_metronome.controller import objects
+
+# The gangs declare 80 Gbps for 24 ms every 200 ms (builders.PROFILE); the job now runs 300 ms iterations.
+MEASURED = {"periodMs": 300.0, "windows": [{"startMs": 276.0, "lenMs": 24.0, "gbps": 80.0}], "jitterMs": 2.0,
+            "source": "node-agent", "node": "somewhere", "confidence": 0.8, "periods": 40,
+            "measuredAt": "2026-11-23T15:00:00Z"}
+
+
+@pytest.fixture
+def queues(cluster: Cluster) -> Iterator[dict[str, str]]:
+    """Two Volcano queues, one governed by a QueuePolicy that observes drift, one by one that adopts."""
+    names = {mode: f"{mode}-{cluster.tag}" for mode in ("observe", "adopt")}
+    for mode, name in names.items():
+        cluster.k.create(kube.QUEUE_POLICIES, b.queue_policy(name, volcanoQueues=[name], profilePolicy=mode,
+                                                             profileTolerance={"period": 0.1}))
+    yield names
+    for name in names.values():
+        try:
+            cluster.k.delete(kube.QUEUE_POLICIES, None, name)
+        except kube.KubeError:
+            pass
+
+
+def claim(cluster: Cluster, ns: str, gang: str) -> dict[str, Any]:
+    return cluster.claims(ns)[f"podgroup-{gang}"]
+
+
+def drift(cluster: Cluster, ns: str, gang: str) -> dict[str, Any] | None:
+    cond = objects.condition(claim(cluster, ns, gang), "ProfileDrift")
+    return cond if cond is not None and cond["status"] == "True" else None
+
+
+def test_a_drifted_measured_profile_is_reported_and_with_adopt_replanned(
+        cluster: Cluster, tmp_path: pathlib.Path, controllers: list[ControllerProcess],
+        queues: dict[str, str]) -> None:
+    cluster.nodes(4)
+    ns = cluster.namespace()
+    for gang, queue in (("watched", queues["observe"]), ("adopting", queues["adopt"])):
+        cluster.k.create(kube.PODGROUPS, b.podgroup(ns, gang, 2, queue=queue, gpus=8), ns)
+        for p in b.gang_pods(ns, gang, 2, gpus=8):
+            cluster.k.create(kube.PODS, p, ns)
+    ctl = start_controller(cluster, tmp_path, controllers, ns)
+    wait_until(lambda: cluster.ungated(ns), 60, lambda: f"ungated pods\n{ctl.logs()}")
+    before = {g: claim(cluster, ns, g)["status"] for g in ("watched", "adopting")}
+
+    # The API server checks a measured profile like a declared one: a window past the period is refused.
+    with pytest.raises(kube.Invalid) as refused:
+        cluster.k.patch_status(kube.CLAIMS, ns, "podgroup-watched", {"status": {"measuredProfile": {
+            **MEASURED, "windows": [{"startMs": 290.0, "lenMs": 24.0, "gbps": 80.0}]}}})
+    assert "inside the period" in str(refused.value)
+    for gang in ("watched", "adopting"):
+        cluster.k.patch_status(kube.CLAIMS, ns, f"podgroup-{gang}", {"status": {"measuredProfile": MEASURED}})
+
+    for gang in ("watched", "adopting"):
+        cond = wait_until(lambda: drift(cluster, ns, gang), 30, lambda: f"ProfileDrift on {gang}\n{ctl.logs()}")
+        assert cond["reason"] == "PeriodMoved" and "period 200 -> 300 ms" in cond["message"]
+    assert "reported only" in (drift(cluster, ns, "watched") or {})["message"]
+    watched = claim(cluster, ns, "watched")["status"]
+    assert "adoptedProfile" not in watched and watched["periodMs"] == before["watched"]["periodMs"]
+
+    # adopt: planned with the measured profile, a new period from a future epoch, on the claim and the pods.
+    adopted = claim(cluster, ns, "adopting")["status"]
+    assert adopted["adoptedProfile"]["periodMs"] == 300.0
+    assert adopted["periodMs"] >= 300.0 and adopted["epoch"] > before["adopting"]["epoch"]
+
+    def pods_follow() -> bool:
+        pods = [p for p in cluster.pods(ns) if objects.annotations_of(p).get(api.GANG_NAME) == "adopting"]
+        return bool(pods) and all(objects.annotations_of(p).get(api.PERIOD_MS) == f"{adopted['periodMs']:g}"
+                                  for p in pods)
+
+    wait_until(pods_follow, 30, lambda: f"the adopting gang's pods on the new period\n{ctl.logs()}")
+    warnings = wait_until(lambda: [e for e in cluster.k.list(kube.EVENTS, ns)["items"]
+                                   if e["reason"] == "ProfileDrift"], 30, lambda: f"ProfileDrift Events\n{ctl.logs()}")
+    assert {e["type"] for e in warnings} == {"Warning"}
