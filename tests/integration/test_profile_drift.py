@@ -5,7 +5,13 @@ the measured profile (new period from a future epoch, published on the pods)."""
 
 from __future__ import annotations
 
+import os
 import pathlib
+import socket
+import subprocess
+import sys
+import threading
+import time
 from typing import Any, Iterator
 
 import pytest
@@ -15,6 +21,7 @@ from tests.controller.cluster import Cluster, ControllerProcess, start_controlle
 from volcano_metronome import api, kube
 from volcano_metronome.controller import objects
 
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 # The gangs declare 80 Gbps for 24 ms every 200 ms (builders.PROFILE); the job now runs 300 ms iterations.
 MEASURED = {"periodMs": 300.0, "windows": [{"startMs": 276.0, "lenMs": 24.0, "gbps": 80.0}], "jitterMs": 2.0,
             "source": "node-agent", "node": "somewhere", "confidence": 0.8, "periods": 40,
@@ -87,3 +94,58 @@ def test_a_drifted_measured_profile_is_reported_and_with_adopt_replanned(
     warnings = wait_until(lambda: [e for e in cluster.k.list(kube.EVENTS, ns)["items"]
                                    if e["reason"] == "ProfileDrift"], 30, lambda: f"ProfileDrift Events\n{ctl.logs()}")
     assert {e["type"] for e in warnings} == {"Warning"}
+
+
+def test_the_node_agent_measures_real_traffic_and_the_controller_reports_the_drift(
+        cluster: Cluster, tmp_path: pathlib.Path, controllers: list[ControllerProcess],
+        queues: dict[str, str]) -> None:
+    """The agent (a subprocess sampling ``lo``) fits a real loopback sender bursting every 300 ms into
+    the claim of a gang declared at 200 ms; the controller reports ProfileDrift on the period."""
+    cluster.nodes(1)
+    ns = cluster.namespace()
+    cluster.k.create(kube.PODGROUPS, b.podgroup(ns, "a", 1, queue=queues["observe"], gpus=8), ns)
+    for p in b.gang_pods(ns, "a", 1, gpus=8):
+        cluster.k.create(kube.PODS, p, ns)
+    ctl = start_controller(cluster, tmp_path, controllers, ns)
+    wait_until(lambda: cluster.ungated(ns), 60, lambda: f"ungated pods\n{ctl.logs()}")
+    (node,) = claim(cluster, ns, "a")["status"]["nodes"]
+
+    receiver = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    receiver.bind(("127.0.0.1", 0))
+    sender = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    stop = threading.Event()
+
+    def send() -> None:  # 30 ms bursts every 300 ms, at most 200 of them (60 s), to 127.0.0.1 only
+        begin = time.monotonic()
+        for k in range(200):
+            due = begin + 0.3 * k
+            if stop.wait(max(0.0, due - time.monotonic())):
+                return
+            for _ in range(4000):
+                sender.sendto(b"\0" * 16_000, receiver.getsockname())
+                if time.monotonic() - due > 0.03:
+                    break
+
+    thread = threading.Thread(target=send, daemon=True)
+    log = (tmp_path / "agent.log").open("wb")
+    agent = subprocess.Popen([sys.executable, "-m", "volcano_metronome", "profile", "agent", "--kubeconfig",
+                              str(cluster.kubeconfig), "--node", node, "--interface", "lo", "--seconds", "4",
+                              "--interval", "5", "--metrics-port", "0"],
+                             stdout=log, stderr=subprocess.STDOUT, cwd=ROOT,
+                             env={**os.environ, "PYTHONPATH": str(ROOT)})
+    thread.start()
+    try:
+        cond = wait_until(lambda: drift(cluster, ns, "a"), 60,
+                          lambda: f"ProfileDrift\n{(tmp_path / 'agent.log').read_text()}\n{ctl.logs()}")
+    finally:
+        stop.set()
+        agent.terminate()
+        agent.wait(timeout=30)
+        thread.join(timeout=10)
+        sender.close()
+        receiver.close()
+        log.close()
+    measured = claim(cluster, ns, "a")["status"]["measuredProfile"]
+    assert measured["source"] == "node-agent" and measured["node"] == node
+    assert measured["periodMs"] == pytest.approx(300.0, rel=0.05), measured
+    assert cond["reason"].startswith("Period") and "period 200 -> " in cond["message"]
