@@ -12,9 +12,11 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from typing import Any, Iterator
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from tests.controller import builders as b
 from tests.controller.cluster import Cluster, ControllerProcess, start_controller, wait_until
@@ -128,15 +130,22 @@ def test_the_node_agent_measures_real_traffic_and_the_controller_reports_the_dri
 
     thread = threading.Thread(target=send, daemon=True)
     log = (tmp_path / "agent.log").open("wb")
+    with socket.socket() as probe:  # a free loopback port for the agent's /metrics
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
     agent = subprocess.Popen([sys.executable, "-m", "volcano_metronome", "profile", "agent", "--kubeconfig",
                               str(cluster.kubeconfig), "--node", node, "--interface", "lo", "--seconds", "4",
-                              "--interval", "5", "--metrics-port", "0"],
+                              "--interval", "5", "--metrics-port", str(port), "--bind-address", "127.0.0.1"],
                              stdout=log, stderr=subprocess.STDOUT, cwd=ROOT,
                              env={**os.environ, "PYTHONPATH": str(ROOT)})
     thread.start()
     try:
         cond = wait_until(lambda: drift(cluster, ns, "a"), 60,
                           lambda: f"ProfileDrift\n{(tmp_path / 'agent.log').read_text()}\n{ctl.logs()}")
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+            scraped = {(s.name, tuple(sorted(s.labels.items()))): s.value
+                       for family in text_string_to_metric_families(response.read().decode())
+                       for s in family.samples}
     finally:
         stop.set()
         agent.terminate()
@@ -149,3 +158,8 @@ def test_the_node_agent_measures_real_traffic_and_the_controller_reports_the_dri
     assert measured["source"] == "node-agent" and measured["node"] == node
     assert measured["periodMs"] == pytest.approx(300.0, rel=0.05), measured
     assert cond["reason"].startswith("Period") and "period 200 -> " in cond["message"]
+    # What the agent exports over HTTP: the last period it fitted for the claim, the NIC's mean rate.
+    period = scraped[("metronome_agent_period_ms", (("claim", "podgroup-a"), ("namespace", ns)))]
+    assert period == pytest.approx(300.0, rel=0.05)
+    assert scraped[("metronome_agent_measured_gbps", (("interface", "lo"),))] > 0
+    assert scraped[("metronome_agent_fits_total", (("result", "written"),))] >= 1
