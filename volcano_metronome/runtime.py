@@ -40,6 +40,22 @@ Following the files (:meth:`Metronome.from_dir`), each ``wait`` first checks, wi
 
 A value that does not parse is refused with :class:`InvalidInput` when the helper is created; on a
 later change it is ignored with a :class:`RuntimeWarning` and the previous slot stays.
+
+The helper can also time the loop it runs in (issue 16): a :class:`Stopwatch` marks each iteration
+(``Metronome.wait`` does it when given one) and times each collective in ``with stopwatch.burst():``;
+``stopwatch.measured()`` gives the period and windows in the fitter's terms
+(:mod:`volcano_metronome.profiling.timed`), as the job would run free: the helper's own padding is
+taken out of the timeline::
+
+    stopwatch = Stopwatch()
+    metronome = Metronome.from_dir(stopwatch=stopwatch)     # or call stopwatch.iteration() yourself
+    for batch in loader:
+        loss = model(batch).backward()
+        if metronome is not None:
+            metronome.wait()
+        with stopwatch.burst(nbytes=gradient_bytes):        # bytes this process sends, if known
+            all_reduce(gradients)
+    print(stopwatch.measured().to_dict())
 """
 
 from __future__ import annotations
@@ -49,11 +65,15 @@ import os
 import pathlib
 import time
 import warnings
+from collections import deque
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Callable, Mapping
+from typing import Callable, Iterator, Mapping
 
 from volcano_metronome import api
 from volcano_metronome.core.errors import InvalidInput
+from volcano_metronome.profiling.fit import Refusal
+from volcano_metronome.profiling.timed import Burst, Measured, measure
 
 DEFAULT_DIR = api.SLOT_DIR  # where the webhook mounts the timing files
 SLOT_FILES = tuple(name for name, _ in api.SLOT_FILES)  # period-ms, offset-ms, epoch
@@ -155,6 +175,57 @@ class SlotFiles:
         return parse_timing(dict(zip((period, offset, epoch), texts)), (period, offset, epoch))
 
 
+class Stopwatch:
+    """Times the loop's iterations and communication bursts on a monotonic clock (seconds), keeping the last ``keep``.
+
+    Times are kept on a *free* timeline: the padding the helper adds (:meth:`padded`) is subtracted,
+    so the measured profile is the job's own, not the slot grid it was padded to.
+    """
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic, keep: int = 1024) -> None:
+        if keep < 2:
+            raise InvalidInput("keep", keep, "at least 2 iterations to keep")
+        self.clock = clock
+        self.marks: deque[float] = deque(maxlen=keep)
+        self.bursts: deque[Burst] = deque(maxlen=4 * keep)
+        self._padding_ms = 0.0  # padding so far: the free timeline is the clock minus this
+        self.pads: deque[float] = deque(maxlen=keep)  # padding added in each marked iteration
+
+    def now_ms(self) -> float:
+        """The free timeline: the clock in ms less the padding so far."""
+        return self.clock() * 1000.0 - self._padding_ms
+
+    def iteration(self) -> None:
+        """Mark that one iteration reached its all-reduce (the place ``Metronome.wait`` sits)."""
+        self.marks.append(self.now_ms())
+        self.pads.append(0.0)
+
+    def padded(self, ms: float) -> None:
+        """The helper just padded ``ms`` to reach the slot: not the job's own time."""
+        self._padding_ms += max(0.0, ms)
+        if self.pads:
+            self.pads[-1] += max(0.0, ms)
+
+    @contextmanager
+    def burst(self, nbytes: int | None = None) -> Iterator[None]:
+        """Time the collective inside the ``with`` block; ``nbytes``: what this process sends in it."""
+        if nbytes is not None and nbytes < 0:
+            raise InvalidInput("nbytes", nbytes, "a number of bytes >= 0")
+        start = self.now_ms()
+        try:
+            yield
+        finally:
+            self.bursts.append(Burst(start, self.now_ms(), nbytes))
+
+    def measured(self) -> Measured | Refusal:
+        """The period and windows of the iterations kept, or why they give none."""
+        marks = list(self.marks)
+        first = marks[0] if marks else 0.0
+        bursts = [b for b in self.bursts if b.start_ms >= first]
+        pads = list(self.pads)[:-1]  # the last mark's iteration is not complete
+        return measure(marks, bursts, sum(pads) / len(pads) if pads else 0.0)
+
+
 @dataclass
 class Metronome:
     """The gang's slot: period, offset and epoch (all in ms), and the offset of its first window.
@@ -173,6 +244,7 @@ class Metronome:
     aligned: bool = True
     files: SlotFiles | None = None
     pending: Timing | None = None
+    stopwatch: Stopwatch | None = None  # marks each iteration at wait(), and the padding it adds
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, window_ms: float = 0.0) -> "Metronome | None":
@@ -189,14 +261,15 @@ class Metronome:
     @classmethod
     def from_dir(cls, path: str | os.PathLike[str] = DEFAULT_DIR, window_ms: float = 0.0,
                  clock: Callable[[], float] = time.time,
-                 sleep: Callable[[float], None] = time.sleep) -> "Metronome | None":
+                 sleep: Callable[[float], None] = time.sleep,
+                 stopwatch: Stopwatch | None = None) -> "Metronome | None":
         """A helper following the timing files in ``path`` as the controller changes them (see the module
         docstring), or None when the directory does not exist (the gang is not managed)."""
         files = SlotFiles(path)
         if not files.path.is_dir():
             return None
         timing = files.changed()
-        metronome = cls(0.0, 0.0, 0.0, window_ms, clock, sleep, aligned=False, files=files)
+        metronome = cls(0.0, 0.0, 0.0, window_ms, clock, sleep, aligned=False, files=files, stopwatch=stopwatch)
         if timing is not None:
             metronome._adopt(timing, clock() * 1000.0)
         return metronome
@@ -209,6 +282,8 @@ class Metronome:
     def wait(self) -> float:
         """Sleep until this burst's slot (no sleep when late or free); returns the milliseconds waited."""
         now = self.clock() * 1000.0
+        if self.stopwatch is not None:
+            self.stopwatch.iteration()
         self._follow(now)
         if not self.aligned:
             return 0.0
@@ -216,6 +291,8 @@ class Metronome:
         delay = self.phase_ms + self.slot * self.period_ms - now
         if delay > 0:
             self.sleep(delay / 1000.0)
+            if self.stopwatch is not None:
+                self.stopwatch.padded(delay)
         return max(0.0, delay)
 
     def _follow(self, now_ms: float) -> None:

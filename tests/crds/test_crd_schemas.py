@@ -21,11 +21,12 @@ SPEC_FIELDS = {
     "STBandwidthCapacity": {"capacityGbps", "tier", "nodes", "nodeSelector", "direction"},
     "QueuePolicy": {"volcanoQueues", "kueueClusterQueues", "ordering", "agingPerMinute", "priorityWeight",
                     "cushionSlots", "overflowTolerance", "maxCandidates", "lockOnDemand", "defaultProfile",
-                    "reoptimization"},
+                    "reoptimization", "profilePolicy", "profileTolerance"},
 }
 STATUS_FIELDS = {
     "STBandwidthClaim": {"nodes", "members", "offsetMs", "periodMs", "epoch", "links", "predictedOverflowGbpsMs",
-                         "feasible", "locked", "decidedAt", "observedGeneration", "conditions"},
+                         "feasible", "locked", "decidedAt", "observedGeneration", "conditions",
+                         "measuredProfile", "adoptedProfile"},
     "STBandwidthCapacity": {"observedGeneration", "conditions", "matchedNodes"},
     "QueuePolicy": {"observedGeneration", "conditions", "pendingGangs", "placedGangs"},
 }

@@ -735,3 +735,25 @@ def test_network_policies_open_only_the_served_ports_and_never_shut_out_the_api_
         {"ipBlock": {"cidr": "10.0.0.0/24"}}]
     assert not by_kind(template({"networkPolicy": {"enabled": False}}), "NetworkPolicy")
     assert "networkPolicy" in template_error({"networkPolicy": {"enabled": True, "webhookFrom": [{"cidr": "x"}]}})
+
+
+def test_the_node_agent_is_off_by_default_and_on_is_host_network_read_only_and_writes_only_claim_status() -> None:
+    assert not [o for o in render("defaults") if o["metadata"]["name"].endswith("-agent")]
+    objects = template(merged({"agent": {"enabled": True, "interface": "ens5", "hz": 500}}))
+    agent = f"{FULL}-agent"
+    daemonset = one(objects, "DaemonSet", agent)
+    pod = daemonset["spec"]["template"]["spec"]
+    assert pod["hostNetwork"] is True and pod["serviceAccountName"] == agent
+    (container,) = pod["containers"]
+    args = container["args"]
+    assert args[:2] == ["profile", "agent"] and args[args.index("--interface") + 1] == "ens5"
+    assert args[args.index("--hz") + 1] == "500"
+    ctx = container["securityContext"]
+    assert ctx["readOnlyRootFilesystem"] is True and ctx["runAsNonRoot"] is True
+    assert ctx["capabilities"] == {"drop": ["ALL"]} and ctx["allowPrivilegeEscalation"] is False
+    assert {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}} in container["env"]
+    role = one(objects, "ClusterRole", agent)
+    assert _rules(role) == {(api.GROUP, api.CLAIMS, ("get", "list")), (api.GROUP, f"{api.CLAIMS}/status", ("patch",))}
+    binding = one(objects, "ClusterRoleBinding", agent)
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": agent, "namespace": NAMESPACE}]
+    assert "agent" in template_error({"agent": {"enabled": True, "hz": 0}})

@@ -1,8 +1,9 @@
-"""``volcano-metronome profile fit TRACE [--json]`` and ``profile record --interface IF --out TRACE``.
+"""``volcano-metronome profile fit TRACE [--json]``, ``profile record --interface IF --out TRACE`` and ``profile agent``.
 
 ``record`` samples a NIC's transmit byte counter into a trace (CSV ``time_s,tx_bytes``); ``fit``
 reads one and prints the periodic profile it shows, with the ``metronome.dev/*`` annotations that
 declare it. A trace that is too short, too coarse or aperiodic is refused with the reason (exit 2).
+``agent`` is the node agent the chart's DaemonSet runs (:mod:`volcano_metronome.agent`).
 See docs/profiles.md.
 """
 
@@ -10,8 +11,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import pathlib
+import signal
 import sys
+import threading
 
 from volcano_metronome.core.errors import MetronomeError
 
@@ -31,12 +35,28 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     record.add_argument("--hz", type=float, default=1000.0, help="samples per second (default 1000)")
     record.add_argument("--seconds", type=float, required=True, metavar="S", help="how long to record")
     record.add_argument("--out", required=True, metavar="TRACE", help="CSV file to write")
+    agent = actions.add_parser("agent", help="the node agent: fit the NIC's gang and write its measured profile",
+                               description="Every --interval seconds, record --seconds of the NIC's tx_bytes, fit "
+                                           "it, and write the profile into the claim of the gang that alone uses "
+                                           "this node (status.measuredProfile); serve Prometheus metrics.")
+    agent.add_argument("--node", default=os.environ.get("NODE_NAME", ""), help="this node's name (default "
+                       "$NODE_NAME)")
+    agent.add_argument("--interface", required=True, metavar="IF", help="the NIC to sample, e.g. eth0")
+    agent.add_argument("--hz", type=float, default=1000.0, help="samples per second (default 1000)")
+    agent.add_argument("--seconds", type=float, default=30.0, help="length of each trace (default 30)")
+    agent.add_argument("--interval", type=float, default=60.0, help="seconds between traces' starts (default 60)")
+    agent.add_argument("--metrics-port", type=int, default=9464, help="port of /metrics (0: none; default 9464)")
+    agent.add_argument("--bind-address", default="0.0.0.0", help="address of /metrics (default 0.0.0.0)")
+    agent.add_argument("--kubeconfig", default=None, help="kubeconfig (default: $KUBECONFIG, ~/.kube/config, "
+                       "in-cluster)")
 
 
 def run(args: argparse.Namespace) -> int:
     """Run the chosen action."""
     if args.profile_action == "record":
         return _record(args)
+    if args.profile_action == "agent":
+        return _agent(args)
     return _fit(args)
 
 
@@ -93,4 +113,19 @@ def _record(args: argparse.Namespace) -> int:
     print(f"recorded {done.samples} samples of {done.interface} tx_bytes over {done.seconds:.3f} s: "
           f"{done.achieved_hz:.1f} Hz achieved ({done.asked_hz:g} Hz asked), longest gap "
           f"{done.longest_gap_ms:.2f} ms -> {out}", file=sys.stderr)
+    return 0
+
+
+def _agent(args: argparse.Namespace) -> int:
+    import logging
+
+    from volcano_metronome import kube
+    from volcano_metronome.agent.node import AgentConfig, run
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    cfg = AgentConfig(args.node, args.interface, args.hz, args.seconds, args.interval)
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    run(kube.connect(args.kubeconfig), cfg, stop, metrics_port=args.metrics_port, bind_address=args.bind_address)
     return 0

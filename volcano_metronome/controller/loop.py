@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Callable, Mapping
 
 from volcano_metronome import api, kube
-from volcano_metronome.controller import reconcile
+from volcano_metronome.controller import profiledrift, reconcile
 from volcano_metronome.controller.cache import Overlay, Store, View
 from volcano_metronome.controller.leader import LeaderElector, LeaseConfig
 from volcano_metronome.controller.metrics import HealthServer, Metrics
@@ -113,6 +113,8 @@ class Controller:
         started = self.monotonic()
         now = self.clock()
         world = observe(self.inputs(), self.settings)
+        drift = profiledrift.assess(world, self.view.items(api.QUEUE_POLICIES), self.settings, now)
+        world = drift.world  # under profilePolicy adopt, drifted gangs are planned with their measured profile
         self.last_world = world
         for warning in world.warnings:
             log.warning("%s", warning)
@@ -121,13 +123,14 @@ class Controller:
         decide_s = self.monotonic() - t0
         for warning in decided.warnings:
             log.warning("%s", warning)
-        due = self._reopt_due(world, started)
+        due = sorted(set(self._reopt_due(world, started)) | drift.replan)
         reoptimised = (reconcile.reoptimise_running(world, self.settings, due, decided) if due
                        else reconcile.Reoptimised())
-        plan = reconcile.plan(world, decided, self.settings, now, reoptimised, self._reported)
+        plan = drift.amend(reconcile.plan(world, decided, self.settings, now, reoptimised, self._reported))
         outcome = self.writer.apply(plan) if plan.writes else Outcome()
         self._remember_reports(plan, outcome)
         self._record(world, plan, outcome, decided.results, decide_s, self.monotonic() - started)
+        profiledrift.record(drift, self.metrics)
         return plan, outcome
 
     def _remember_reports(self, plan: Plan, outcome: Outcome) -> None:

@@ -64,6 +64,10 @@ class Metrics:
         self.placed_gangs = Gauge(f"{_PREFIX}_placed_gangs", "Gangs holding nodes", registry=r)
         self.drifted_gangs = Gauge(f"{_PREFIX}_drifted_gangs", "Placed gangs with pods bound outside their node set",
                                    registry=r)
+        self.profile_drifted_gangs = Gauge(f"{_PREFIX}_profile_drifted_gangs", "Placed gangs whose measured profile "
+                                           "departs from the declared one (claim condition ProfileDrift)", registry=r)
+        self.profile_adoptions = Counter(f"{_PREFIX}_profile_adoptions", "Measured profiles adopted for planning "
+                                         "(QueuePolicy profilePolicy adopt)", registry=r)
         self.writes = Counter(f"{_PREFIX}_writes", "API writes by kind and result", ["kind", "result"], registry=r)
         self.ungated_pods = Counter(f"{_PREFIX}_ungated_pods", "Pods whose scheduling gate we removed", registry=r)
         self.cycle_failures = Counter(f"{_PREFIX}_cycle_failures", "Cycles that raised (nothing was written)",

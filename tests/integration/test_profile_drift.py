@@ -1,0 +1,165 @@
+"""ProfileDrift on a real kube-apiserver + etcd: the controller (a subprocess) reads a measured profile
+from a claim's status (written as the node agent writes it, a status patch validated by the CRD's
+schema and CEL rules) and reports the drift; under ``profilePolicy: adopt`` it re-plans the gang with
+the measured profile (new period from a future epoch, published on the pods)."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from typing import Any, Iterator
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.controller import builders as b
+from tests.controller.cluster import Cluster, ControllerProcess, start_controller, wait_until
+from volcano_metronome import api, kube
+from volcano_metronome.controller import objects
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+# The gangs declare 80 Gbps for 24 ms every 200 ms (builders.PROFILE); the job now runs 300 ms iterations.
+MEASURED = {"periodMs": 300.0, "windows": [{"startMs": 276.0, "lenMs": 24.0, "gbps": 80.0}], "jitterMs": 2.0,
+            "source": "node-agent", "node": "somewhere", "confidence": 0.8, "periods": 40,
+            "measuredAt": "2026-11-23T15:00:00Z"}
+
+
+@pytest.fixture
+def queues(cluster: Cluster) -> Iterator[dict[str, str]]:
+    """Two Volcano queues, one governed by a QueuePolicy that observes drift, one by one that adopts."""
+    names = {mode: f"{mode}-{cluster.tag}" for mode in ("observe", "adopt")}
+    for mode, name in names.items():
+        cluster.k.create(kube.QUEUE_POLICIES, b.queue_policy(name, volcanoQueues=[name], profilePolicy=mode,
+                                                             profileTolerance={"period": 0.1}))
+    yield names
+    for name in names.values():
+        try:
+            cluster.k.delete(kube.QUEUE_POLICIES, None, name)
+        except kube.KubeError:
+            pass
+
+
+def claim(cluster: Cluster, ns: str, gang: str) -> dict[str, Any]:
+    return cluster.claims(ns)[f"podgroup-{gang}"]
+
+
+def drift(cluster: Cluster, ns: str, gang: str) -> dict[str, Any] | None:
+    cond = objects.condition(claim(cluster, ns, gang), "ProfileDrift")
+    return cond if cond is not None and cond["status"] == "True" else None
+
+
+def test_a_drifted_measured_profile_is_reported_and_with_adopt_replanned(
+        cluster: Cluster, tmp_path: pathlib.Path, controllers: list[ControllerProcess],
+        queues: dict[str, str]) -> None:
+    cluster.nodes(4)
+    ns = cluster.namespace()
+    for gang, queue in (("watched", queues["observe"]), ("adopting", queues["adopt"])):
+        cluster.k.create(kube.PODGROUPS, b.podgroup(ns, gang, 2, queue=queue, gpus=8), ns)
+        for p in b.gang_pods(ns, gang, 2, gpus=8):
+            cluster.k.create(kube.PODS, p, ns)
+    ctl = start_controller(cluster, tmp_path, controllers, ns)
+    wait_until(lambda: cluster.ungated(ns), 60, lambda: f"ungated pods\n{ctl.logs()}")
+    before = {g: claim(cluster, ns, g)["status"] for g in ("watched", "adopting")}
+
+    # The API server checks a measured profile like a declared one: a window past the period is refused.
+    with pytest.raises(kube.Invalid) as refused:
+        cluster.k.patch_status(kube.CLAIMS, ns, "podgroup-watched", {"status": {"measuredProfile": {
+            **MEASURED, "windows": [{"startMs": 290.0, "lenMs": 24.0, "gbps": 80.0}]}}})
+    assert "inside the period" in str(refused.value)
+    for gang in ("watched", "adopting"):
+        cluster.k.patch_status(kube.CLAIMS, ns, f"podgroup-{gang}", {"status": {"measuredProfile": MEASURED}})
+
+    for gang in ("watched", "adopting"):
+        cond = wait_until(lambda: drift(cluster, ns, gang), 30, lambda: f"ProfileDrift on {gang}\n{ctl.logs()}")
+        assert cond["reason"] == "PeriodMoved" and "period 200 -> 300 ms" in cond["message"]
+    assert "reported only" in (drift(cluster, ns, "watched") or {})["message"]
+    watched = claim(cluster, ns, "watched")["status"]
+    assert "adoptedProfile" not in watched and watched["periodMs"] == before["watched"]["periodMs"]
+
+    # adopt: planned with the measured profile, a new period from a future epoch, on the claim and the pods.
+    adopted = claim(cluster, ns, "adopting")["status"]
+    assert adopted["adoptedProfile"]["periodMs"] == 300.0
+    assert adopted["periodMs"] >= 300.0 and adopted["epoch"] > before["adopting"]["epoch"]
+
+    def pods_follow() -> bool:
+        pods = [p for p in cluster.pods(ns) if objects.annotations_of(p).get(api.GANG_NAME) == "adopting"]
+        return bool(pods) and all(objects.annotations_of(p).get(api.PERIOD_MS) == f"{adopted['periodMs']:g}"
+                                  for p in pods)
+
+    wait_until(pods_follow, 30, lambda: f"the adopting gang's pods on the new period\n{ctl.logs()}")
+    warnings = wait_until(lambda: [e for e in cluster.k.list(kube.EVENTS, ns)["items"]
+                                   if e["reason"] == "ProfileDrift"], 30, lambda: f"ProfileDrift Events\n{ctl.logs()}")
+    assert {e["type"] for e in warnings} == {"Warning"}
+
+
+def test_the_node_agent_measures_real_traffic_and_the_controller_reports_the_drift(
+        cluster: Cluster, tmp_path: pathlib.Path, controllers: list[ControllerProcess],
+        queues: dict[str, str]) -> None:
+    """The agent (a subprocess sampling ``lo``) fits a real loopback sender bursting every 300 ms into
+    the claim of a gang declared at 200 ms; the controller reports ProfileDrift on the period."""
+    cluster.nodes(1)
+    ns = cluster.namespace()
+    cluster.k.create(kube.PODGROUPS, b.podgroup(ns, "a", 1, queue=queues["observe"], gpus=8), ns)
+    for p in b.gang_pods(ns, "a", 1, gpus=8):
+        cluster.k.create(kube.PODS, p, ns)
+    ctl = start_controller(cluster, tmp_path, controllers, ns)
+    wait_until(lambda: cluster.ungated(ns), 60, lambda: f"ungated pods\n{ctl.logs()}")
+    (node,) = claim(cluster, ns, "a")["status"]["nodes"]
+
+    receiver = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    receiver.bind(("127.0.0.1", 0))
+    sender = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    stop = threading.Event()
+
+    def send() -> None:  # 30 ms bursts every 300 ms, at most 200 of them (60 s), to 127.0.0.1 only
+        begin = time.monotonic()
+        for k in range(200):
+            due = begin + 0.3 * k
+            if stop.wait(max(0.0, due - time.monotonic())):
+                return
+            for _ in range(4000):
+                sender.sendto(b"\0" * 16_000, receiver.getsockname())
+                if time.monotonic() - due > 0.03:
+                    break
+
+    thread = threading.Thread(target=send, daemon=True)
+    log = (tmp_path / "agent.log").open("wb")
+    with socket.socket() as probe:  # a free loopback port for the agent's /metrics
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    agent = subprocess.Popen([sys.executable, "-m", "volcano_metronome", "profile", "agent", "--kubeconfig",
+                              str(cluster.kubeconfig), "--node", node, "--interface", "lo", "--seconds", "4",
+                              "--interval", "5", "--metrics-port", str(port), "--bind-address", "127.0.0.1"],
+                             stdout=log, stderr=subprocess.STDOUT, cwd=ROOT,
+                             env={**os.environ, "PYTHONPATH": str(ROOT)})
+    thread.start()
+    try:
+        cond = wait_until(lambda: drift(cluster, ns, "a"), 60,
+                          lambda: f"ProfileDrift\n{(tmp_path / 'agent.log').read_text()}\n{ctl.logs()}")
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+            scraped = {(s.name, tuple(sorted(s.labels.items()))): s.value
+                       for family in text_string_to_metric_families(response.read().decode())
+                       for s in family.samples}
+    finally:
+        stop.set()
+        agent.terminate()
+        agent.wait(timeout=30)
+        thread.join(timeout=10)
+        sender.close()
+        receiver.close()
+        log.close()
+    measured = claim(cluster, ns, "a")["status"]["measuredProfile"]
+    assert measured["source"] == "node-agent" and measured["node"] == node
+    assert measured["periodMs"] == pytest.approx(300.0, rel=0.05), measured
+    assert cond["reason"].startswith("Period") and "period 200 -> " in cond["message"]
+    # What the agent exports over HTTP: the last period it fitted for the claim, the NIC's mean rate.
+    period = scraped[("metronome_agent_period_ms", (("claim", "podgroup-a"), ("namespace", ns)))]
+    assert period == pytest.approx(300.0, rel=0.05)
+    assert scraped[("metronome_agent_measured_gbps", (("interface", "lo"),))] > 0
+    assert scraped[("metronome_agent_fits_total", (("result", "written"),))] >= 1
