@@ -69,11 +69,12 @@ def test_a_drifted_measured_profile_is_reported_and_with_adopt_replanned(
 
     # The API server checks a measured profile like a declared one: a window past the period is refused.
     with pytest.raises(kube.Invalid) as refused:
-        cluster.k.patch_status(kube.CLAIMS, ns, "podgroup-watched", {"status": {"measuredProfile": {
-            **MEASURED, "windows": [{"startMs": 290.0, "lenMs": 24.0, "gbps": 80.0}]}}})
+        cluster.k.patch(kube.CLAIMS, ns, "podgroup-watched", {"status": {"measuredProfile": {
+            **MEASURED, "windows": [{"startMs": 290.0, "lenMs": 24.0, "gbps": 80.0}]}}}, subresource="status")
     assert "inside the period" in str(refused.value)
     for gang in ("watched", "adopting"):
-        cluster.k.patch_status(kube.CLAIMS, ns, f"podgroup-{gang}", {"status": {"measuredProfile": MEASURED}})
+        cluster.k.patch(kube.CLAIMS, ns, f"podgroup-{gang}", {"status": {"measuredProfile": MEASURED}},
+                        subresource="status")
 
     for gang in ("watched", "adopting"):
         cond = wait_until(lambda: drift(cluster, ns, gang), 30, lambda: f"ProfileDrift on {gang}\n{ctl.logs()}")

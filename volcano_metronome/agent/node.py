@@ -118,7 +118,7 @@ def run(k: kube.Kube, cfg: AgentConfig, stop: threading.Event, *, metrics_port: 
         return list(k.list(kube.CLAIMS)["items"])
 
     def write(namespace: str, name: str, measured: dict[str, Any]) -> None:
-        k.patch_status(kube.CLAIMS, namespace, name, {"status": {"measuredProfile": measured}})
+        k.patch(kube.CLAIMS, namespace, name, {"status": {"measuredProfile": measured}}, subresource="status")
         log.info("%s/%s: measured period %s ms, %d windows", namespace, name, measured["periodMs"],
                  len(measured["windows"]))
 
