@@ -55,6 +55,8 @@ class CatalogEntry:
     reference_gbps: float = 100.0
     #: Sustained TFLOPS per GPU the compute times above were derived at.
     reference_tflops: float = 25.0
+    #: How the traffic spreads between workers (``core.traffic``): ``ring`` or ``all-to-all``.
+    collective: str = "ring"
 
     def profile(self, line_rate_gbps: float, compute_scale: float = 1.0, overlap: bool = False) -> Profile:
         """The profile on NICs of ``line_rate_gbps``: same volumes, windows rescaled.
@@ -81,7 +83,7 @@ class CatalogEntry:
             shift += length - w.len_ms * compute_scale
             end = w.start_ms + w.len_ms
         return Profile(self.period_ms * compute_scale + shift, tuple(windows),
-                       self.jitter_ms * compute_scale)
+                       self.jitter_ms * compute_scale, self.collective)
 
 
 def compute_scale(entry: CatalogEntry, gpu: str | None, mfu: float | None) -> float:
@@ -121,13 +123,14 @@ class Catalog:
 
 
 def entry_from_mapping(name: str, data: Any, field: str) -> CatalogEntry:
-    """Parse a user entry: ``{period_ms, windows: [{start_ms, len_ms, fraction}], jitter_ms, derivation, reference_gbps}``."""
+    """Parse a user entry: ``{period_ms, windows: [{start_ms, len_ms, fraction}], jitter_ms, derivation, reference_gbps,
+    collective}``."""
     if not isinstance(data, Mapping):
         raise InvalidInput(field, data, "a mapping with period_ms and windows")
-    unknown = sorted(set(data) - {"period_ms", "windows", "jitter_ms", "derivation", "reference_gbps"})
+    unknown = sorted(set(data) - {"period_ms", "windows", "jitter_ms", "derivation", "reference_gbps", "collective"})
     if unknown:
         raise InvalidInput(f"{field}.{unknown[0]}", data[unknown[0]],
-                           "one of period_ms, windows, jitter_ms, derivation, reference_gbps")
+                           "one of period_ms, windows, jitter_ms, derivation, reference_gbps, collective")
     raw = data.get("windows")
     if not isinstance(raw, list) or not raw:
         raise InvalidInput(f"{field}.windows", raw, "a non-empty list of {start_ms, len_ms, fraction}")
@@ -143,7 +146,8 @@ def entry_from_mapping(name: str, data: Any, field: str) -> CatalogEntry:
                                    fraction))
     entry = CatalogEntry(name, number(data.get("period_ms"), f"{field}.period_ms"), tuple(windows),
                          number(data.get("jitter_ms", 0.0), f"{field}.jitter_ms"), str(data.get("derivation", "")),
-                         number(data.get("reference_gbps", 100.0), f"{field}.reference_gbps", above=0.0))
+                         number(data.get("reference_gbps", 100.0), f"{field}.reference_gbps", above=0.0),
+                         collective=str(data.get("collective", "ring")))
     try:
         entry.profile(100.0)
     except InvalidInput as exc:
@@ -153,6 +157,6 @@ def entry_from_mapping(name: str, data: Any, field: str) -> CatalogEntry:
 
 def builtin() -> Catalog:
     """The built-in catalog."""
-    from volcano_metronome.catalog.models import MODELS
+    from volcano_metronome.catalog.models import ALL_TO_ALL_MODELS, MODELS
 
-    return Catalog(MODELS)
+    return Catalog(MODELS + ALL_TO_ALL_MODELS)
