@@ -41,6 +41,8 @@ class ModelWindow:
     len_ms: float
     fraction: float
     overlap: float = 0.0
+    #: The volume is one GPU's own (an all-to-all exchange): a worker of several GPUs moves it once per GPU.
+    per_gpu: bool = False
 
 
 @dataclass(frozen=True)
@@ -58,24 +60,28 @@ class CatalogEntry:
     #: How the traffic spreads between workers (``core.traffic``): ``ring`` or ``all-to-all``.
     collective: str = "ring"
 
-    def profile(self, line_rate_gbps: float, compute_scale: float = 1.0, overlap: bool = False) -> Profile:
+    def profile(self, line_rate_gbps: float, compute_scale: float = 1.0, overlap: bool = False,
+                volume_scale: float = 1.0) -> Profile:
         """The profile on NICs of ``line_rate_gbps``: same volumes, windows rescaled.
 
         ``compute_scale`` multiplies every compute gap (``reference_tflops`` / the sustained TFLOPS
         of the hardware, see ``compute_scale``). With ``overlap`` each window hides up to
         ``overlap x`` the compute gap before it under that compute: only the rest, the exposed
-        communication, is a window (and the period shrinks by what was hidden).
+        communication, is a window (and the period shrinks by what was hidden). ``volume_scale``
+        multiplies the volume of every ``per_gpu`` window (a worker of several GPUs exchanging each GPU's own data).
         """
         if not line_rate_gbps > 0:
             raise InvalidInput("line_rate_gbps", line_rate_gbps, "a NIC line rate > 0 Gbps")
         if not compute_scale > 0:
             raise InvalidInput("compute_scale", compute_scale, "a factor > 0")
+        if not volume_scale > 0:
+            raise InvalidInput("volume_scale", volume_scale, "a factor > 0")
         scale = self.reference_gbps / line_rate_gbps
         shift = 0.0  # how much later than ``start x compute_scale`` the next window starts
         end = 0.0  # reference end of the previous window
         windows = []
         for w in sorted(self.windows, key=lambda w: w.start_ms):
-            length = w.len_ms * scale
+            length = w.len_ms * scale * (volume_scale if w.per_gpu else 1.0)
             if overlap and w.overlap > 0:
                 # The last gradient bucket cannot go before the backward pass ends: keep EXPOSED_MIN.
                 length -= min((1.0 - EXPOSED_MIN) * length, w.overlap * (w.start_ms - end) * compute_scale)
