@@ -101,6 +101,21 @@ def test_weighted_max_min_equals_the_textbook_one(problem: tuple[list[float], li
     assert (fast @ inc <= np.array(link_cap) * (1 + 1e-9)).all()
 
 
+def test_fractional_weights_leave_no_residue_that_stalls_the_filling() -> None:
+    # Found by search: the summed weights left on link 0 went to 4e-16 instead of 0, its share to 0,
+    # and the filling froze nobody, forever.
+    cap = np.array([100.0, 100.0, 20.0, 20.0, 20.0])
+    inc = np.array([[16 / 7, 0.0, 0.3], [4 / 3, 2.4, 0.1], [64 / 15, 12 / 7, 64 / 15], [4 / 3, 0.1, 0.0],
+                    [0.0, 0.3, 0.0]])
+    link_cap = np.array([3200.0, 100.0, 3200.0])
+    paths = [[l for l in range(3) if row[l]] for row in inc]
+    weights = [{l: float(row[l]) for l in p} for row, p in zip(inc, paths)]
+    for sparse in (False, True):
+        with patch.object(fluid, "DENSE_CELLS", 0 if sparse else fluid.DENSE_CELLS):
+            fast = max_min(cap, inc, link_cap)
+        assert fast == pytest.approx(reference_max_min(cap.tolist(), paths, link_cap.tolist(), weights))
+
+
 def test_an_all_to_all_burst_is_held_by_its_most_loaded_cut_and_conserves_bytes() -> None:
     topo = leaf_spine(2, 2, 100.0, 100.0)
     kernel = Kernel()

@@ -32,7 +32,6 @@ import math
 import numpy as np
 
 from volcano_metronome.core.errors import InvalidInput
-from volcano_metronome.core.profile import ALL_TO_ALL as ALL_TO_ALL
 from volcano_metronome.core.profile import COLLECTIVES, RING
 from volcano_metronome.core.topology import Topology
 

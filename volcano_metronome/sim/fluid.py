@@ -56,6 +56,9 @@ class Route:
         self.weight = np.ones(len(index)) if weight is None else weight
 
 
+#: Summed weights below this are float residue: no live flow is left on the link.
+_NO_WEIGHT = 1e-9
+
 #: Above this many flow x link cells a round's dense vector work costs more than sparse bookkeeping.
 DENSE_CELLS = 60_000
 
@@ -100,6 +103,7 @@ def max_min(cap: np.ndarray, incidence: np.ndarray, link_cap: np.ndarray) -> np.
             rem -= rate[hit] @ frozen
             np.maximum(rem, 0.0, out=rem)
             n -= frozen.sum(axis=0)
+            n[n < _NO_WEIGHT] = 0.0  # fractional weights leave float residue on links no live flow crosses
 
 
 def _max_min_sparse(cap: np.ndarray, flow_of: np.ndarray, link_of: np.ndarray, link_cap: np.ndarray,
@@ -135,6 +139,7 @@ def _max_min_sparse(cap: np.ndarray, flow_of: np.ndarray, link_of: np.ndarray, l
             rem -= np.bincount(link_of[cells], weights=rate[flow_of[cells]] * w[cells], minlength=links)
             np.maximum(rem, 0.0, out=rem)
             n -= np.bincount(link_of[cells], weights=w[cells], minlength=links)
+            n[n < _NO_WEIGHT] = 0.0
 
 
 def mirror_of(topology: Topology) -> np.ndarray:

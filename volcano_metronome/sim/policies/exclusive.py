@@ -34,7 +34,7 @@ class Exclusive(SimPolicy):
         self.rack = racks_of(topo)
         self.capacity = np.array([link.capacity_gbps for link in topo.links])
         self.reserved = np.zeros(len(topo.links))
-        self.holding: dict[str, tuple[np.ndarray, float]] = {}
+        self.holding: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         indptr, ids = topo.incidence
         node_of = np.repeat(np.arange(len(topo.nodes)), np.diff(indptr))
         tiers = topo.link_tiers[ids]
