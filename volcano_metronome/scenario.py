@@ -50,9 +50,15 @@ class TopologySpec:
         return max(1, min(self.nics_per_node, gpus_per_worker * self.nics_per_node // self.gpus_per_node))
 
     def profile(self, entry: CatalogEntry, gpus_per_worker: int, overlap: bool = False) -> Profile:
-        """``entry``'s profile for a worker of ``gpus_per_worker`` GPUs on this cluster's NICs and GPUs."""
+        """``entry``'s profile for a worker of ``gpus_per_worker`` GPUs on this cluster's NICs and GPUs.
+
+        A ring all-reduce moves a worker's gradients once whatever its GPUs (NCCL splits them over one ring
+        per rail); in an all-to-all window (``ModelWindow.per_gpu``) every GPU exchanges its own tokens or
+        embeddings, so a worker of ``g`` GPUs moves ``g`` times a GPU's volume (modelled).
+        """
+        volume = float(max(1, gpus_per_worker))
         return entry.profile(self.rails(gpus_per_worker) * self.nic_gbps, compute_scale(entry, self.gpu, self.mfu),
-                             overlap)
+                             overlap, volume)
 
     @property
     def nodes(self) -> int:

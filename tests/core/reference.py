@@ -88,3 +88,21 @@ def link_loads(topology, placements, hyper):
         for li in loaded_links(topology, nodes):
             load[li] += occ
     return load
+
+
+def link_shares(topology, nodes, members, collective):
+    """Every link's multiplier, pair by pair: each worker sends ``1 / (n - 1)`` of its rate to each other
+    worker (all-to-all), or one ring edge leaves and one enters every cut (ring)."""
+    workers = [topology.nodes[node] for node, count in zip(nodes, members) for _ in range(count)]
+    n = len(workers)
+    out = {}
+    for i, link in enumerate(topology.links):
+        inside = [w for w in workers if w in link.nodes]
+        if not inside or len(inside) == n or len(set(workers)) < 2:
+            continue
+        if collective == "ring":
+            out[i] = 1.0
+        else:
+            pairs = sum(1 for a in workers for b in workers if (a in link.nodes) and (b not in link.nodes))
+            out[i] = pairs / (n - 1)
+    return out

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from tests.core import reference
 from volcano_metronome.core.errors import InvalidInput
 from volcano_metronome.core.topology import Link, Topology, duplex, leaf_spine
-from volcano_metronome.core.traffic import loaded_links
+from volcano_metronome.core.traffic import link_shares, loaded_links
 
 
 def names(topology, links):
@@ -70,3 +70,39 @@ def test_generic_topologies_are_validated():
         Topology(("a", "b", "c"), duplex("r1", 1.0, ["a", "b"], 1) + duplex("r2", 1.0, ["b", "c"], 1))
     with pytest.raises(InvalidInput, match="positive"):
         Topology(("a",), (Link("l", 0.0, frozenset({"a"}), 0),))
+
+
+@given(st.integers(1, 3), st.integers(1, 4), st.sampled_from(["ring", "all-to-all"]), st.data())
+def test_link_shares_equal_the_pairwise_definition(racks, per_rack, collective, data):
+    t = leaf_spine(racks, per_rack, 100.0, 100.0 if racks > 1 else None)
+    nodes = data.draw(st.lists(st.integers(0, len(t.nodes) - 1), min_size=1, max_size=len(t.nodes), unique=True))
+    members = data.draw(st.lists(st.integers(1, 4), min_size=len(nodes), max_size=len(nodes)))
+    links, shares = link_shares(t, np.array(nodes), np.array(members), collective)
+    expected = reference.link_shares(t, nodes, members, collective)
+    assert list(links) == sorted(expected)
+    assert shares == pytest.approx([expected[i] for i in links])
+    planned, mult = loaded_links(t, np.array(nodes), np.array(members), collective)
+    assert list(planned) == list(links)
+    # The core's integer multiplier never counts less than the modelled load, and less than one more.
+    assert (mult >= shares - 1e-9).all() and (mult < shares + 1).all()
+
+
+def test_all_to_all_loads_a_rack_uplink_more_than_a_ring():
+    t = leaf_spine(2, 8, 100.0, 400.0)
+    nodes = np.arange(16)  # 8 one-worker nodes in each rack
+    uplink = t.link_index["rack:rack-0:up"]
+    nic = t.link_index["nic:rack-0-node-0:up"]
+    links, ring = link_shares(t, nodes, None, "ring")
+    assert ring[list(links).index(uplink)] == 1.0
+    links, a2a = link_shares(t, nodes, None, "all-to-all")
+    assert a2a[list(links).index(uplink)] == pytest.approx(8 * 8 / 15)  # 64 pairs straddle it, each at r / 15
+    assert a2a[list(links).index(nic)] == pytest.approx(1.0)  # one worker's NIC: its own rate, as in the ring
+    assert loaded_links(t, nodes, None, "all-to-all")[1][list(links).index(uplink)] == 5
+
+
+def test_a_bad_collective_or_member_count_is_named():
+    t = leaf_spine(1, 2, 100.0)
+    with pytest.raises(InvalidInput, match="collective"):
+        link_shares(t, np.array([0, 1]), None, "tree")
+    with pytest.raises(InvalidInput, match="members"):
+        link_shares(t, np.array([0, 1]), np.array([1]), "all-to-all")

@@ -30,7 +30,7 @@ def test_scenarios_lists_the_built_in_ones(capsys: pytest.CaptureFixture[str]) -
     out = capsys.readouterr().out
     rows = {line.split()[0] for line in out.splitlines()[1:]}
     assert rows == {"sanity-2jobs", "testbed-24", "cluster-256", "cluster-256-light", "scale-1k", "multi-tenant",
-                    "oversubscribed-racks", "llm-heavy", "multi-tenant-128"}
+                    "oversubscribed-racks", "llm-heavy", "multi-tenant-128", "moe-racks"}
     assert main(["scenarios", "--show", "sanity-2jobs"]) == 0
     assert "name: sanity-2jobs" in capsys.readouterr().out
 

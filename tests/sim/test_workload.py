@@ -142,7 +142,8 @@ def test_the_built_in_cluster_256_regimes_offer_the_loads_their_documentation_st
 
 
 @pytest.mark.parametrize("name, gpu, nics", [("multi-tenant", "a100", 1), ("oversubscribed-racks", "a100", 8),
-                                             ("llm-heavy", "h100", 4), ("multi-tenant-128", "a100", 1)])
+                                             ("llm-heavy", "h100", 4), ("multi-tenant-128", "a100", 1),
+                                             ("moe-racks", "a100", 8)])
 def test_issue12_scenarios_are_at_the_documented_load_and_hardware(name: str, gpu: str, nics: int) -> None:
     from volcano_metronome.commands.files import load_sim_scenario
     from volcano_metronome.sim.workload import offered_load

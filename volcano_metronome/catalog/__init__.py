@@ -41,6 +41,8 @@ class ModelWindow:
     len_ms: float
     fraction: float
     overlap: float = 0.0
+    #: The volume is one GPU's own (an all-to-all exchange): a worker of several GPUs moves it once per GPU.
+    per_gpu: bool = False
 
 
 @dataclass(frozen=True)
@@ -55,25 +57,31 @@ class CatalogEntry:
     reference_gbps: float = 100.0
     #: Sustained TFLOPS per GPU the compute times above were derived at.
     reference_tflops: float = 25.0
+    #: How the traffic spreads between workers (``core.traffic``): ``ring`` or ``all-to-all``.
+    collective: str = "ring"
 
-    def profile(self, line_rate_gbps: float, compute_scale: float = 1.0, overlap: bool = False) -> Profile:
+    def profile(self, line_rate_gbps: float, compute_scale: float = 1.0, overlap: bool = False,
+                volume_scale: float = 1.0) -> Profile:
         """The profile on NICs of ``line_rate_gbps``: same volumes, windows rescaled.
 
         ``compute_scale`` multiplies every compute gap (``reference_tflops`` / the sustained TFLOPS
         of the hardware, see ``compute_scale``). With ``overlap`` each window hides up to
         ``overlap x`` the compute gap before it under that compute: only the rest, the exposed
-        communication, is a window (and the period shrinks by what was hidden).
+        communication, is a window (and the period shrinks by what was hidden). ``volume_scale``
+        multiplies the volume of every ``per_gpu`` window (a worker of several GPUs exchanging each GPU's own data).
         """
         if not line_rate_gbps > 0:
             raise InvalidInput("line_rate_gbps", line_rate_gbps, "a NIC line rate > 0 Gbps")
         if not compute_scale > 0:
             raise InvalidInput("compute_scale", compute_scale, "a factor > 0")
+        if not volume_scale > 0:
+            raise InvalidInput("volume_scale", volume_scale, "a factor > 0")
         scale = self.reference_gbps / line_rate_gbps
         shift = 0.0  # how much later than ``start x compute_scale`` the next window starts
         end = 0.0  # reference end of the previous window
         windows = []
         for w in sorted(self.windows, key=lambda w: w.start_ms):
-            length = w.len_ms * scale
+            length = w.len_ms * scale * (volume_scale if w.per_gpu else 1.0)
             if overlap and w.overlap > 0:
                 # The last gradient bucket cannot go before the backward pass ends: keep EXPOSED_MIN.
                 length -= min((1.0 - EXPOSED_MIN) * length, w.overlap * (w.start_ms - end) * compute_scale)
@@ -81,7 +89,7 @@ class CatalogEntry:
             shift += length - w.len_ms * compute_scale
             end = w.start_ms + w.len_ms
         return Profile(self.period_ms * compute_scale + shift, tuple(windows),
-                       self.jitter_ms * compute_scale)
+                       self.jitter_ms * compute_scale, self.collective)
 
 
 def compute_scale(entry: CatalogEntry, gpu: str | None, mfu: float | None) -> float:
@@ -121,13 +129,14 @@ class Catalog:
 
 
 def entry_from_mapping(name: str, data: Any, field: str) -> CatalogEntry:
-    """Parse a user entry: ``{period_ms, windows: [{start_ms, len_ms, fraction}], jitter_ms, derivation, reference_gbps}``."""
+    """Parse a user entry: ``{period_ms, windows: [{start_ms, len_ms, fraction}], jitter_ms, derivation, reference_gbps,
+    collective}``."""
     if not isinstance(data, Mapping):
         raise InvalidInput(field, data, "a mapping with period_ms and windows")
-    unknown = sorted(set(data) - {"period_ms", "windows", "jitter_ms", "derivation", "reference_gbps"})
+    unknown = sorted(set(data) - {"period_ms", "windows", "jitter_ms", "derivation", "reference_gbps", "collective"})
     if unknown:
         raise InvalidInput(f"{field}.{unknown[0]}", data[unknown[0]],
-                           "one of period_ms, windows, jitter_ms, derivation, reference_gbps")
+                           "one of period_ms, windows, jitter_ms, derivation, reference_gbps, collective")
     raw = data.get("windows")
     if not isinstance(raw, list) or not raw:
         raise InvalidInput(f"{field}.windows", raw, "a non-empty list of {start_ms, len_ms, fraction}")
@@ -143,7 +152,8 @@ def entry_from_mapping(name: str, data: Any, field: str) -> CatalogEntry:
                                    fraction))
     entry = CatalogEntry(name, number(data.get("period_ms"), f"{field}.period_ms"), tuple(windows),
                          number(data.get("jitter_ms", 0.0), f"{field}.jitter_ms"), str(data.get("derivation", "")),
-                         number(data.get("reference_gbps", 100.0), f"{field}.reference_gbps", above=0.0))
+                         number(data.get("reference_gbps", 100.0), f"{field}.reference_gbps", above=0.0),
+                         collective=str(data.get("collective", "ring")))
     try:
         entry.profile(100.0)
     except InvalidInput as exc:
@@ -153,6 +163,6 @@ def entry_from_mapping(name: str, data: Any, field: str) -> CatalogEntry:
 
 def builtin() -> Catalog:
     """The built-in catalog."""
-    from volcano_metronome.catalog.models import MODELS
+    from volcano_metronome.catalog.models import ALL_TO_ALL_MODELS, MODELS
 
-    return Catalog(MODELS)
+    return Catalog(MODELS + ALL_TO_ALL_MODELS)

@@ -194,7 +194,7 @@ def decide(snapshot: Snapshot, gang: Gang, policy: Policy, earliest: int = 0) ->
     offset = moved.pop(gang.uid)
     best = dataclasses.replace(best, offset=offset, lateness=(offset - earliest) % pattern.slots,
                                feasible=bool(score_offsets(snapshot, gang, pattern, best.candidate.nodes,
-                                                           policy).fits[offset]),
+                                                           policy, best.candidate.members).fits[offset]),
                                cost=0.0, overflow=0, lock=whole)
     return dataclasses.replace(_decision(snapshot, gang, pattern, best), relocations=tuple(sorted(
         (uid, o) for uid, o in moved.items() if o != snapshot.placed[uid].offset)))
@@ -204,7 +204,7 @@ def _free_ms(snapshot: Snapshot, uid: str, policy: Policy, span: int) -> float:
     """What gang ``uid`` loses and costs others in collisions over ``span`` slots while it runs free."""
     placed = snapshot.forget(uid)
     try:
-        scores = score_offsets(snapshot, placed.gang, placed.pattern, placed.nodes, policy)
+        scores = score_offsets(snapshot, placed.gang, placed.pattern, placed.nodes, policy, placed.members)
     finally:
         snapshot.assume(placed.gang, placed.nodes, placed.members, placed.offset, placed.pattern,
                         placed.holds_gpus, placed.locked)
@@ -250,10 +250,10 @@ class OffsetScores:
 
 
 def score_offsets(snapshot: Snapshot, gang: Gang, pattern: Pattern, nodes: np.ndarray,
-                  policy: Policy) -> OffsetScores:
-    """Score ``gang`` at every offset on ``nodes`` against the snapshot's current loads."""
+                  policy: Policy, members: np.ndarray | None = None) -> OffsetScores:
+    """Score ``gang`` at every offset on ``nodes`` (``members`` workers on each) against the snapshot's loads."""
     period = pattern.slots
-    links, mult = loaded_links(snapshot.topology, nodes)
+    links, mult = loaded_links(snapshot.topology, nodes, members, gang.profile.collective)
     if not len(links):
         zeros = np.zeros(period)
         return OffsetScores(np.ones(period, bool), zeros, zeros.astype(np.int64), zeros, np.ones(period, bool))
@@ -285,7 +285,7 @@ def score_offsets(snapshot: Snapshot, gang: Gang, pattern: Pattern, nodes: np.nd
 
 def _score(snapshot: Snapshot, gang: Gang, pattern: Pattern, cand: Candidate, policy: Policy,
            earliest: int) -> _Scored | None:
-    scores = score_offsets(snapshot, gang, pattern, cand.nodes, policy)
+    scores = score_offsets(snapshot, gang, pattern, cand.nodes, policy, cand.members)
     offsets = np.flatnonzero(scores.tolerated | scores.fits)
     if not len(offsets):
         if not policy.lock_on_demand:
@@ -302,7 +302,8 @@ def _score(snapshot: Snapshot, gang: Gang, pattern: Pattern, cand: Candidate, po
     overflow = int(scores.overflow[pick])
     return _Scored(cand, pick, (pick - earliest) % pattern.slots, feasible, float(scores.cost[pick]),
                    overflow, float(scores.peak[pick]),
-                   _lock(snapshot, gang, pattern, cand.nodes, overflow == 0, scores.free_delay, policy))
+                   _lock(snapshot, gang, pattern, cand.nodes, cand.members, overflow == 0, scores.free_delay,
+                         policy))
 
 
 def padding_ms(gang: Gang, pattern: Pattern, span: int) -> float:
@@ -311,11 +312,11 @@ def padding_ms(gang: Gang, pattern: Pattern, span: int) -> float:
     return per_iteration * (span // pattern.slots)
 
 
-def _lock(snapshot: Snapshot, gang: Gang, pattern: Pattern, nodes: np.ndarray, no_overflow: bool,
-          free_delay: float, policy: Policy) -> _Lock:
+def _lock(snapshot: Snapshot, gang: Gang, pattern: Pattern, nodes: np.ndarray, members: np.ndarray,
+          no_overflow: bool, free_delay: float, policy: Policy) -> _Lock:
     """Whether the gang placed on ``nodes`` at an offset that overflows nowhere (or not) is locked; see the
     module docstring."""
-    links, mult = loaded_links(snapshot.topology, nodes)
+    links, mult = loaded_links(snapshot.topology, nodes, members, gang.profile.collective)
     extra = mult * int(pattern.rates.max())
     neighbours = snapshot.neighbours(snapshot.contended(links, extra))
     if not policy.lock_on_demand:
@@ -359,7 +360,7 @@ def _unlocked_closure(snapshot: Snapshot, neighbours: set[str], links: np.ndarra
 
 def _decision(snapshot: Snapshot, gang: Gang, pattern: Pattern, best: _Scored) -> Decision:
     topo, grid = snapshot.topology, snapshot.grid
-    links, mult = loaded_links(topo, best.candidate.nodes)
+    links, _ = loaded_links(topo, best.candidate.nodes, best.candidate.members, gang.profile.collective)
     span = np.lcm(snapshot.hyperperiod, pattern.slots)
     periods_in_span = int(span // pattern.slots)
     return Decision(

@@ -12,6 +12,12 @@ from volcano_metronome.core.limits import MAX_PERIOD_MS as MAX_PERIOD_MS
 from volcano_metronome.core.limits import MAX_WINDOWS as MAX_WINDOWS
 
 
+#: How a gang's traffic spreads over the links between its workers (see ``core.traffic``).
+RING = "ring"
+ALL_TO_ALL = "all-to-all"
+COLLECTIVES = (RING, ALL_TO_ALL)
+
+
 @dataclass(frozen=True)
 class Window:
     """One on-window: each worker sends (and receives) ``gbps`` on its NIC from ``start_ms`` for ``len_ms``."""
@@ -28,6 +34,7 @@ class Profile:
     period_ms: float
     windows: tuple[Window, ...]
     jitter_ms: float = 0.0
+    collective: str = RING  # ring all-reduce, or all-to-all (MoE experts, DLRM embeddings)
 
     def __post_init__(self) -> None:
         validate(self)
@@ -55,16 +62,17 @@ class Profile:
                 {"start_ms": _num(w.start_ms), "len_ms": _num(w.len_ms), "gbps": _num(w.gbps)} for w in self.windows
             ],
             "jitter_ms": _num(self.jitter_ms),
-        }
+        } | ({} if self.collective == RING else {"collective": self.collective})
 
     @classmethod
     def from_mapping(cls, data: Any, field: str = "profile") -> "Profile":
         """Parse ``{"period_ms", "windows": [{"start_ms", "len_ms", "gbps"}], "jitter_ms"}``, naming the bad field."""
         if not isinstance(data, Mapping):
             raise InvalidInput(field, data, "a mapping with period_ms and windows")
-        unknown = sorted(set(data) - {"period_ms", "windows", "jitter_ms"})
+        unknown = sorted(set(data) - {"period_ms", "windows", "jitter_ms", "collective"})
         if unknown:
-            raise InvalidInput(f"{field}.{unknown[0]}", data[unknown[0]], "one of period_ms, windows, jitter_ms")
+            raise InvalidInput(f"{field}.{unknown[0]}", data[unknown[0]],
+                               "one of period_ms, windows, jitter_ms, collective")
         period = number(data.get("period_ms"), f"{field}.period_ms")
         if not 0.0 < period <= MAX_PERIOD_MS:
             raise InvalidInput(f"{field}.period_ms", period, f"a number in (0, {MAX_PERIOD_MS:.0f}]")
@@ -74,7 +82,11 @@ class Profile:
                                f"a list of 1 to {MAX_WINDOWS} windows {{start_ms, len_ms, gbps}}")
         windows = tuple(window_from_mapping(w, f"{field}.windows[{i}]") for i, w in enumerate(raw_windows))
         jitter = number(data.get("jitter_ms", 0.0), f"{field}.jitter_ms")
-        return cls(period_ms=period, windows=_sorted_checked(windows, period, field), jitter_ms=jitter)
+        collective = data.get("collective", RING)
+        if collective not in COLLECTIVES:
+            raise InvalidInput(f"{field}.collective", collective, f"one of {', '.join(COLLECTIVES)}")
+        return cls(period_ms=period, windows=_sorted_checked(windows, period, field), jitter_ms=jitter,
+                   collective=collective)
 
     @classmethod
     def from_duty_cycle(cls, period_ms: float, duty_cycle: float, gbps: float, jitter_ms: float = 0.0,
@@ -109,6 +121,8 @@ def validate(profile: Profile) -> None:
     if not 1 <= len(profile.windows) <= MAX_WINDOWS:
         raise InvalidInput("profile.windows", len(profile.windows), f"1 to {MAX_WINDOWS} windows")
     _sorted_checked(profile.windows, profile.period_ms, "profile")
+    if profile.collective not in COLLECTIVES:
+        raise InvalidInput("profile.collective", profile.collective, f"one of {', '.join(COLLECTIVES)}")
     if tuple(sorted(profile.windows, key=lambda w: w.start_ms)) != profile.windows:
         raise InvalidInput("profile.windows", [w.start_ms for w in profile.windows], "windows sorted by start_ms")
 

@@ -66,7 +66,7 @@ def reoptimise(snapshot: Snapshot, policy: Policy, max_moves: int = 16, max_pass
             if len(moved) >= max_moves and uid not in moved:
                 continue
             placed = snapshot.forget(uid)
-            scores = score_offsets(snapshot, placed.gang, placed.pattern, placed.nodes, policy)
+            scores = score_offsets(snapshot, placed.gang, placed.pattern, placed.nodes, policy, placed.members)
             current = placed.offset
             best = int(np.lexsort((np.arange(len(scores.cost)), scores.cost, ~scores.fits))[0])
             better = (scores.fits[best] and not scores.fits[current]) or (

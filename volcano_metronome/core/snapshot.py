@@ -99,7 +99,7 @@ class Snapshot:
         pattern = pattern or lay_out(gang.profile, self.grid)
         order = np.argsort(nodes)
         nodes, members = np.asarray(nodes)[order], np.asarray(members)[order]
-        links, multiplier = loaded_links(self.topology, nodes)
+        links, multiplier = loaded_links(self.topology, nodes, members, gang.profile.collective)
         placed = Placed(gang, pattern, nodes, members, links, multiplier, offset % pattern.slots, hold_gpus, locked)
         self._grow(math.lcm(self.hyperperiod, pattern.slots))
         self._apply(placed, +1)

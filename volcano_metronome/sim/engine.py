@@ -38,7 +38,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from volcano_metronome.core.traffic import loaded_links
+from volcano_metronome.core.traffic import link_shares
 from volcano_metronome.runtime import aim
 from volcano_metronome.scenario import JobSpec
 from volcano_metronome.sim.fluid import Fluid
@@ -246,15 +246,17 @@ class Engine:
         now = self.kernel.now
         job.start_s = now
         job.nodes, job.members = nodes, members
-        job.links, _ = loaded_links(self.topology, nodes)
+        job.links, shares = link_shares(self.topology, nodes, members, spec.profile.collective)
         self.running += 1
-        bottleneck = float(min((self.topology.links[i].capacity_gbps for i in job.links), default=math.inf))
+        # The fastest per-worker rate the links allow alone (an all-to-all cut carries ``share`` x that rate).
+        bottleneck = float(min((self.topology.links[i].capacity_gbps / w for i, w in zip(job.links, shares)),
+                               default=math.inf))
         job.isolated_s = job.alone_s(bottleneck)
         if not len(job.links):
             # No network: the job runs alone whatever the others do.
             self.kernel.at(now + job.alone_s(math.inf), self._complete, job)
             return
-        job.route = self.fluid.route(job.links)
+        job.route = self.fluid.route(job.links, shares)
         self._occupy(job.links, +1)
         if period_ms is not None:
             # A phased placement carries the snapped period, and an offset unless the gang runs free.

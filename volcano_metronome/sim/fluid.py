@@ -1,9 +1,14 @@
 """The network as a fluid: bursts in flight share links max-min fairly, each capped by its demand.
 
-A *flow* is one communication window of one gang: a volume (Gb) to move across a set of links at no
-more than the window's rate (Gbps). Under the core's ring all-reduce model (``core.traffic``) the
-gang's ring crosses each loaded link once per direction, and a pipelined ring moves at the pace of
-its slowest edge, so one flow at one rate on all its links is exactly "the slowest worker decides".
+A *flow* is one communication window of one gang: a volume (Gb, per worker) to move across a set of
+links at no more than the window's rate (Gbps, per worker). Under the core's ring all-reduce model
+(``core.traffic``) the gang's ring crosses each loaded link once per direction, and a pipelined ring
+moves at the pace of its slowest edge, so one flow at one rate on all its links is exactly "the
+slowest worker decides". Under all-to-all a link carries ``k (n - k) / (n - 1)`` times the
+per-worker rate (its *weight*, ``core.traffic.link_shares``), and the exchange ends when its most
+loaded cut is through: one flow whose rate ``x`` loads each link with ``weight x``. Max-min fairness
+is then over the per-worker rates, each link's share being its room divided by the summed weights
+of the flows on it (weighted progressive filling; with every weight 1 it is the plain one).
 
 Rates change only when a flow starts or ends, so the model is event-driven. Two cheap exits come
 first: a new burst that fits at its cap on every link it crosses changes nobody's rate, and neither
@@ -37,15 +42,22 @@ _SAME_END_S = 1e-12
 
 
 class Route:
-    """The links a gang's bursts cross: directed ids, the solved links for them, the slowest capacity."""
+    """The links a gang's bursts cross: directed ids and their weights, the solved links for them and
+    their weights, and the fastest per-worker rate the slowest of them allows."""
 
-    __slots__ = ("directed", "index", "floor")
+    __slots__ = ("directed", "directed_weight", "index", "weight", "floor")
 
-    def __init__(self, directed: np.ndarray, index: np.ndarray, floor: float) -> None:
+    def __init__(self, directed: np.ndarray, index: np.ndarray, floor: float,
+                 directed_weight: np.ndarray | None = None, weight: np.ndarray | None = None) -> None:
         self.directed = directed
         self.index = index
         self.floor = floor
+        self.directed_weight = np.ones(len(directed)) if directed_weight is None else directed_weight
+        self.weight = np.ones(len(index)) if weight is None else weight
 
+
+#: Summed weights below this are float residue: no live flow is left on the link.
+_NO_WEIGHT = 1e-9
 
 #: Above this many flow x link cells a round's dense vector work costs more than sparse bookkeeping.
 DENSE_CELLS = 60_000
@@ -54,7 +66,7 @@ DENSE_CELLS = 60_000
 def max_min(cap: np.ndarray, incidence: np.ndarray, link_cap: np.ndarray) -> np.ndarray:
     """Max-min fair rates of flows capped at ``cap`` on links of ``link_cap`` (progressive filling).
 
-    ``incidence[f, l]`` is 1 when flow ``f`` crosses link ``l``. Each round finds the lowest fair
+    ``incidence[f, l]`` is the weight with which flow ``f`` loads link ``l`` (0: it does not cross it). Each round finds the lowest fair
     share ``s`` of any link; every free flow capped at or below ``s`` is frozen at its cap (that only
     raises the shares of the links it leaves), or else the flows on the links whose share is ``s``
     are frozen at ``s``. There are as many rounds as distinct bottleneck levels. Small problems use
@@ -63,7 +75,7 @@ def max_min(cap: np.ndarray, incidence: np.ndarray, link_cap: np.ndarray) -> np.
     """
     if incidence.size > DENSE_CELLS:
         flow_of, link_of = np.nonzero(incidence)
-        return _max_min_sparse(cap, flow_of, link_of, link_cap)
+        return _max_min_sparse(cap, flow_of, link_of, link_cap, incidence[flow_of, link_of])
     rate = np.zeros(len(cap))
     live = np.ones(len(cap), dtype=bool)
     left = len(cap)
@@ -91,17 +103,20 @@ def max_min(cap: np.ndarray, incidence: np.ndarray, link_cap: np.ndarray) -> np.
             rem -= rate[hit] @ frozen
             np.maximum(rem, 0.0, out=rem)
             n -= frozen.sum(axis=0)
+            n[n < _NO_WEIGHT] = 0.0  # fractional weights leave float residue on links no live flow crosses
 
 
-def _max_min_sparse(cap: np.ndarray, flow_of: np.ndarray, link_of: np.ndarray, link_cap: np.ndarray) -> np.ndarray:
-    """``max_min`` on the cells ``(flow_of[i], link_of[i])`` of the incidence matrix."""
+def _max_min_sparse(cap: np.ndarray, flow_of: np.ndarray, link_of: np.ndarray, link_cap: np.ndarray,
+                    weight: np.ndarray | None = None) -> np.ndarray:
+    """``max_min`` on the cells ``(flow_of[i], link_of[i])`` of the incidence matrix, of ``weight[i]``."""
+    w = np.ones(len(flow_of)) if weight is None else weight
     links = len(link_cap)
     rate = np.zeros(len(cap))
     live = np.ones(len(cap), dtype=bool)
     left = len(cap)
     open_cap = cap.astype(float).copy()
     rem = link_cap.astype(float).copy()
-    n = np.bincount(link_of, minlength=links).astype(float)
+    n = np.bincount(link_of, weights=w, minlength=links)
     with np.errstate(divide="ignore", invalid="ignore"):
         while True:
             share = rem / n
@@ -121,9 +136,10 @@ def _max_min_sparse(cap: np.ndarray, flow_of: np.ndarray, link_of: np.ndarray, l
                 return rate
             open_cap[hit] = np.inf
             cells = hit[flow_of]
-            rem -= np.bincount(link_of[cells], weights=rate[flow_of[cells]], minlength=links)
+            rem -= np.bincount(link_of[cells], weights=rate[flow_of[cells]] * w[cells], minlength=links)
             np.maximum(rem, 0.0, out=rem)
-            n -= np.bincount(link_of[cells], minlength=links)
+            n -= np.bincount(link_of[cells], weights=w[cells], minlength=links)
+            n[n < _NO_WEIGHT] = 0.0
 
 
 def mirror_of(topology: Topology) -> np.ndarray:
@@ -173,10 +189,13 @@ class Fluid:
 
     # -- public ------------------------------------------------------------------------------------
 
-    def route(self, links: np.ndarray) -> Route:
-        """The route of a gang loading ``links`` (directed ids, at least one)."""
-        index = np.unique(self.solved_of[links])
-        return Route(np.asarray(links, dtype=np.int64), index, float(self.capacity[index].min()))
+    def route(self, links: np.ndarray, weights: np.ndarray | None = None) -> Route:
+        """The route of a gang loading ``links`` (directed ids, at least one) with ``weights`` (default 1)."""
+        links = np.asarray(links, dtype=np.int64)
+        directed_weight = np.ones(len(links)) if weights is None else np.asarray(weights, dtype=float)
+        index, first = np.unique(self.solved_of[links], return_index=True)
+        weight = directed_weight[first]  # both directions of a duplex link carry the same cut
+        return Route(links, index, float((self.capacity[index] / weight).min()), directed_weight, weight)
 
     def start(self, route: Route, rate_gbps: float, volume_gb: float, done: Callable[[], None]) -> int:
         """Put a burst of ``volume_gb`` on ``route`` at up to ``rate_gbps``; ``done()`` when it is through."""
@@ -193,18 +212,19 @@ class Fluid:
         self.rate[slot] = 0.0
         self.alive[slot] = True
         self.paths[slot] = route
-        self.incidence[slot, index] = 1.0
+        weight = route.weight
+        self.incidence[slot, index] = weight
         self.done[slot] = done
-        self.demanded[route.directed] += volume_gb
-        self.cap_sum[index] += cap
+        self.demanded[route.directed] += volume_gb * route.directed_weight
+        self.cap_sum[index] += cap * weight
         self.on_link[index] += 1
         # Links with room for the new burst at its cap are bottlenecks of nobody: nobody else moves.
-        if (self.link_rate[index] + cap > self.capacity[index] * (1 + 1e-12)).any():
+        if (self.link_rate[index] + cap * weight > self.capacity[index] * (1 + 1e-12)).any():
             self._reallocate()
         else:
             self.rate[slot] = cap
             self.end[slot] = now + volume_gb / cap
-            self.link_rate[index] += cap
+            self.link_rate[index] += cap * weight
         self._reschedule()
         return slot
 
@@ -270,8 +290,8 @@ class Fluid:
             index = route.index
             if (self.link_rate[index] >= self.capacity[index] * (1 - 1e-9)).any():
                 freed = True
-            self.link_rate[index] -= self.rate[slot]
-            self.cap_sum[index] -= self.cap[slot]
+            self.link_rate[index] -= self.rate[slot] * route.weight
+            self.cap_sum[index] -= self.cap[slot] * route.weight
             self.on_link[index] -= 1
             idle = index[self.on_link[index] == 0]
             self.cap_sum[idle] = self.link_rate[idle] = 0.0  # no float residue on idle links

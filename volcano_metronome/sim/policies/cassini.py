@@ -93,8 +93,9 @@ class Cassini(SimPolicy):
         component: dict[str, int] | None = None
         scored = []
         for rank, (nodes, members) in enumerate(found):
-            links, _ = loaded_links(snap.topology, nodes)
-            physical = sorted(set(self.physical[links].tolist()))
+            links, mult = loaded_links(snap.topology, nodes, members, gang.profile.collective)
+            weight = dict(zip(self.physical[links].tolist(), mult.tolist()))
+            physical = sorted(weight)
             groups: dict[frozenset[str], int] = {}
             for link in physical:
                 if self.on_link.get(link):
@@ -105,7 +106,7 @@ class Cassini(SimPolicy):
                 component = component if component is not None else self._components()
                 touched = [component[next(iter(gangs))] for gangs, _ in shared]
                 loop = len(set(touched)) < len(touched)
-            rotations = [self._rotation(link, pattern, earliest) for _, link in shared]
+            rotations = [self._rotation(link, pattern, earliest, weight[link]) for _, link in shared]
             score = float(np.mean([s for _, s in rotations])) if rotations else 1.0
             scored.append((loop, -score, rank, nodes, members, links, physical, shared, rotations))
         self.counts["decisions"] += 1
@@ -133,7 +134,7 @@ class Cassini(SimPolicy):
             return Placement(gang.uid, nodes, members)
         return Placement(gang.uid, nodes, members, offset * snap.grid.slot_ms, pattern.period.ms)
 
-    def _rotation(self, link: int, pattern: Pattern, earliest: int) -> tuple[int, float]:
+    def _rotation(self, link: int, pattern: Pattern, earliest: int, multiplier: int = 1) -> tuple[int, float]:
         """Best rotation of ``pattern`` against ``link``'s load, and CASSINI's compatibility score there.
 
         Among rotations with the same least overflow, the one reached first from ``earliest`` wins.
@@ -142,10 +143,11 @@ class Cassini(SimPolicy):
         period = pattern.slots
         base = snap.rows(np.array([link]), period)
         cap = snap.topology.capacity_mbps[[link]]
-        added = phasing.added_overflow(phasing.fold(base, period), cap, np.ones(1, dtype=np.int64), pattern.rates)[0]
+        added = phasing.added_overflow(phasing.fold(base, period), cap, np.full(1, multiplier, dtype=np.int64),
+                                       pattern.rates)[0]
         best = int(np.lexsort(((np.arange(period) - earliest) % period, added))[0])
         before = float(np.maximum(base - cap[:, None], 0).sum())
-        demand = float(base.sum()) + float(pattern.rates.sum()) * (base.shape[1] // period)
+        demand = float(base.sum()) + multiplier * float(pattern.rates.sum()) * (base.shape[1] // period)
         return best, 1.0 - (before + float(added[best])) / demand if demand else 1.0
 
     def _components(self) -> dict[str, int]:

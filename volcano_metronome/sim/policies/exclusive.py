@@ -15,7 +15,7 @@ from typing import Sequence
 
 import numpy as np
 
-from volcano_metronome.core.traffic import loaded_links
+from volcano_metronome.core.traffic import link_shares
 from volcano_metronome.scenario import JobSpec
 from volcano_metronome.sim.policies import Context, Placement, SimPolicy
 from volcano_metronome.sim.policies.common import Gpus, by_priority, racks_of, room
@@ -34,7 +34,7 @@ class Exclusive(SimPolicy):
         self.rack = racks_of(topo)
         self.capacity = np.array([link.capacity_gbps for link in topo.links])
         self.reserved = np.zeros(len(topo.links))
-        self.holding: dict[str, tuple[np.ndarray, float]] = {}
+        self.holding: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         indptr, ids = topo.incidence
         node_of = np.repeat(np.arange(len(topo.nodes)), np.diff(indptr))
         tiers = topo.link_tiers[ids]
@@ -50,8 +50,7 @@ class Exclusive(SimPolicy):
             found = self._admit(job)
             self.stats.decision_ms.append((time.perf_counter() - started) * 1000.0)
             if found is not None:
-                nodes, members, links = found
-                peak = job.profile.peak_gbps
+                nodes, members, links, peak = found
                 self.reserved[links] += peak
                 self.holding[job.name] = (links, peak)
                 self.gpus.take(job.name, nodes, members * job.gpus_per_worker)
@@ -71,35 +70,36 @@ class Exclusive(SimPolicy):
         bad[node_of[short]] = True
         return ~bad
 
-    def _fits(self, nodes: np.ndarray, peak: float) -> np.ndarray | None:
-        links, _ = loaded_links(self.ctx.topology, nodes)
-        if len(links) and (self.capacity[links] - self.reserved[links] < peak).any():
+    def _fits(self, job: JobSpec, nodes: np.ndarray, members: np.ndarray,
+              peak: float) -> tuple[np.ndarray, np.ndarray] | None:
+        """The links the gang loads and its peak on each (all-to-all loads a cut more than a ring), if they fit."""
+        links, shares = link_shares(self.ctx.topology, nodes, members, job.profile.collective)
+        need = (peak + 1e-9) * shares
+        if len(links) and (self.capacity[links] - self.reserved[links] < need - 1e-9).any():
             return None
-        return links
+        return links, need
 
-    def _admit(self, job: JobSpec) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    def _admit(self, job: JobSpec) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
         free = self.gpus.free
         if room(free, job).sum() < job.workers:
             return None
         peak = job.profile.peak_gbps - 1e-9
         for nodes, members in lowest_tier(free, self.rack, job):
-            links = self._fits(nodes, peak)
-            if links is not None:
-                return nodes, members, links
+            if (fit := self._fits(job, nodes, members, peak)) is not None:
+                return nodes, members, *fit
         nic_ok = self._node_ok(self.nic, peak)
         can = np.where(nic_ok, room(free, job), 0)
         if can.sum() < job.workers:
             return None
         for nodes, members in per_rack(free, self.rack, job, can):
-            links = self._fits(nodes, peak)
-            if links is not None:
-                return nodes, members, links
+            if (fit := self._fits(job, nodes, members, peak)) is not None:
+                return nodes, members, *fit
         can = np.where(self._node_ok(self.uplink, peak), can, 0)
         if can.sum() < job.workers:
             return None
         nodes, members = spanning(free, self.rack, job, can)
-        links = self._fits(nodes, peak)
-        return None if links is None else (nodes, members, links)
+        fit = self._fits(job, nodes, members, peak)
+        return None if fit is None else (nodes, members, *fit)
 
 
 POLICY = Exclusive
