@@ -288,3 +288,17 @@ def test_the_workload_kueue_makes_from_a_jobset_gets_the_whole_gang_size():
 
 def test_settings_type_is_what_contexts_take():
     assert isinstance(CTX.settings, Settings)
+
+
+def test_the_readme_samples_are_admitted_as_documented():
+    import pathlib
+    import re
+
+    text = (pathlib.Path(__file__).resolve().parents[2] / "README.md").read_text()
+    block = next(b for b in re.findall(r"```yaml\n(.*?)```", text, re.S) if "kind: JobSet" in b)
+    jobset, pytorch = (dict(d, metadata={**d["metadata"], "namespace": "default"}) for d in yaml.safe_load_all(block))
+    assert schema_errors(jobset) == [] and schema_errors(pytorch) == []
+    assert admitted(jobset)["metadata"]["annotations"][api.GANG_SIZE] == "4"
+    after = admitted(pytorch)
+    assert after["metadata"]["annotations"][api.GANG_SIZE] == "4"
+    assert after["metadata"]["annotations"][api.PROFILE_SOURCE] == "annotation"
