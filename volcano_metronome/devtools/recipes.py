@@ -64,6 +64,7 @@ VOLCANO_WEBHOOKS = f"{_VOLCANO_CHART}/templates/webhooks.yaml"
 # files: the CRDs of that exact version (and their webhook registrations, to run them out of cluster).
 JOBSET_CRD = "config/components/crd/bases/jobset.x-k8s.io_jobsets.yaml"
 JOBSET_WEBHOOKS = "config/components/webhook/manifests.yaml"
+JOBSET_WEBHOOK_PATCHES = tuple(f"config/components/webhook/patches/{kind}-patch.yaml" for kind in ("mutating", "validating"))
 TRAINING_OPERATOR_CRDS = tuple(f"manifests/base/crds/kubeflow.org_{plural}.yaml" for plural in (
     "pytorchjobs", "tfjobs", "xgboostjobs", "paddlejobs", "jaxjobs"))  # its own v1 MPIJob is left out: see MPI_CRD
 TRAINING_OPERATOR_WEBHOOKS = "manifests/base/webhook/manifests.yaml"
@@ -195,7 +196,7 @@ TOOLS: dict[str, Tool] = {
             module="sigs.k8s.io/jobset",
             tier="e2e",
             version_flags=("sigs.k8s.io/jobset/pkg/version.GitVersion={version}",),
-            module_files=(JOBSET_CRD, JOBSET_WEBHOOKS),
+            module_files=(JOBSET_CRD, JOBSET_WEBHOOKS, *JOBSET_WEBHOOK_PATCHES),
             main_module=True,
         ),
         Tool(

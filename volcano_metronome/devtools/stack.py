@@ -41,7 +41,7 @@ from typing import Any, Callable, Iterable, Mapping
 import yaml
 
 from volcano_metronome import pki
-from volcano_metronome.devtools import binaries, components, probes, recipes, registrations, sources, volcano
+from volcano_metronome.devtools import binaries, components, operators, probes, recipes, registrations, sources, volcano
 from volcano_metronome.devtools.apply import ApiClient, ApiError
 from volcano_metronome.devtools.controlplane import (
     LOOPBACK,
@@ -65,7 +65,7 @@ CONTROLLER_IDENTITY = "local-stack"
 # In start order; stopped in reverse. Volcano's webhooks come first: its controller-manager's Jobs
 # and PodGroups go through them.
 COMPONENTS = ("kube-controller-manager", "kube-scheduler", "kwok", "volcano-webhook", "volcano-controller-manager",
-              "volcano-scheduler", "webhook", "kueue", "controller")
+              "volcano-scheduler", "webhook", "jobset", "kueue", "controller")
 VOLCANO = ("volcano-webhook", "volcano-controller-manager", "volcano-scheduler")
 # The programs from the binary cache each component needs.
 PROGRAMS: Mapping[str, tuple[str, ...]] = {
@@ -76,6 +76,7 @@ PROGRAMS: Mapping[str, tuple[str, ...]] = {
     "volcano-controller-manager": ("volcano-controller-manager",),
     "volcano-scheduler": ("volcano-scheduler",),
     "webhook": ("helm",),  # renders the chart's webhook configuration
+    "jobset": ("jobset",),
     "kueue": ("kueue",),
     "controller": (),
 }
@@ -274,7 +275,9 @@ class Stack:
             if "volcano-controller-manager" in programs
             else sources.volcano_crd_files()
         )
-        crds = volcano_crds + kueue_crds + sources.our_crd_files()
+        # Kueue enables its JobSet integration only when the CRD is there when it starts.
+        operator_crds = [binaries.module_file("jobset", recipes.JOBSET_CRD)] if "jobset" in programs else []
+        crds = volcano_crds + kueue_crds + operator_crds + sources.our_crd_files()
         progress(f"installing {len(crds)} CRDs ...")
         client.install_crds(crds)
         nodes = fake_nodes(self.layout)
@@ -303,6 +306,7 @@ class Stack:
             "volcano-controller-manager": self._start_volcano_controller_manager,
             "volcano-scheduler": self._start_volcano_scheduler,
             "webhook": self._start_webhook,
+            "jobset": self._start_jobset,
             "kueue": self._start_kueue,
             "controller": self._start_controller,
         }
@@ -391,8 +395,10 @@ class Stack:
         health, webhook = free_ports(2)
         ca_pem = self._webhook_certs(work / "certs", "kueue-webhook-service")
         config = work / "config.yaml"
+        frameworks = components.KUEUE_FRAMEWORKS + ((operators.KUEUE_JOBSET_FRAMEWORK,) if "jobset" in self._processes else ())
         config.write_text(yaml.safe_dump(components.kueue_configuration(
-            namespace=KUEUE_NAMESPACE, health_port=health, webhook_port=webhook, cert_dir=work / "certs")))
+            namespace=KUEUE_NAMESPACE, health_port=health, webhook_port=webhook, cert_dir=work / "certs",
+            frameworks=frameworks)))
         overlay = work / "overlay"
         overlay.mkdir(parents=True, exist_ok=True)
         unshare = shutil.which("unshare")
@@ -409,6 +415,21 @@ class Stack:
         for configuration in registrations.kueue_webhooks(manifests, kustomization):
             client.apply(registrations.point_at_url(configuration, f"https://{LOOPBACK}:{webhook}", ca_pem))
         self._wait(name, lambda: probes.kueue_suspends_jobs(client), what="the API server calling Kueue's webhooks")
+
+    def _start_jobset(self, client: ApiClient, programs: Mapping[str, pathlib.Path]) -> None:
+        name = "jobset"
+        work = self.directory / name
+        health, webhook = free_ports(2)
+        ca_pem = self._webhook_certs(work / "certs", "jobset-webhook-service")
+        config = work / "config.yaml"
+        config.write_text(yaml.safe_dump(operators.jobset_configuration(
+            health_port=health, webhook_port=webhook, cert_dir=work / "certs")))
+        self._spawn(name, operators.jobset_args(programs[name], kubeconfig=self.kubeconfig_path, config=config), port=health)
+        self._wait(name, lambda: probes.http_ok(f"http://{LOOPBACK}:{health}/readyz"))
+        manifests = binaries.module_file(name, recipes.JOBSET_WEBHOOKS)
+        patches = [binaries.module_file(name, relative) for relative in recipes.JOBSET_WEBHOOK_PATCHES]
+        for configuration in operators.jobset_webhooks(manifests, patches):
+            client.apply(registrations.point_at_url(configuration, f"https://{LOOPBACK}:{webhook}", ca_pem))
 
     def _start_controller(self, client: ApiClient, programs: Mapping[str, pathlib.Path]) -> None:
         name = "controller"

@@ -1,0 +1,48 @@
+"""The JobSet controller's out-of-cluster configuration and webhook registrations, from its real module."""
+
+from __future__ import annotations
+
+import pathlib
+
+import pytest
+
+from volcano_metronome.devtools import components, gosource, operators, recipes
+from volcano_metronome.devtools.registrations import RegistrationError, point_at_url
+
+
+@pytest.fixture(scope="module")
+def jobset_module() -> pathlib.Path:
+    tree, why = gosource.module_tree("sigs.k8s.io/jobset", "v0.12.0")
+    assert tree is not None, why
+    return tree
+
+
+def test_jobsets_webhooks_select_only_jobset_pods_and_point_at_loopback(jobset_module: pathlib.Path) -> None:
+    configurations = operators.jobset_webhooks(jobset_module / recipes.JOBSET_WEBHOOKS,
+                                               [jobset_module / p for p in recipes.JOBSET_WEBHOOK_PATCHES])
+    assert [c["metadata"]["name"] for c in configurations] == ["jobset-mutating-webhook-configuration",
+                                                               "jobset-validating-webhook-configuration"]
+    for configuration in configurations:
+        pods = [w for w in configuration["webhooks"] if w["rules"][0]["resources"] == ["pods"]]
+        assert [w["objectSelector"] for w in pods] == [
+            {"matchExpressions": [{"key": "jobset.sigs.k8s.io/jobset-name", "operator": "Exists"}]}]
+        local = point_at_url(configuration, "https://127.0.0.1:9443", b"ca")
+        assert all(w["clientConfig"]["url"].startswith("https://127.0.0.1:9443/") for w in local["webhooks"])
+
+
+def test_an_unknown_patch_is_an_error(jobset_module: pathlib.Path, tmp_path: pathlib.Path) -> None:
+    patch = tmp_path / "patch.yaml"
+    patch.write_text("- op: add\n  path: /webhooks/0/timeoutSeconds\n  value: 3\n")
+    with pytest.raises(RegistrationError, match="unsupported patch add /webhooks/0/timeoutSeconds"):
+        operators.jobset_webhooks(jobset_module / recipes.JOBSET_WEBHOOKS, [patch])
+
+
+def test_kueue_enables_the_jobset_integration_only_when_asked(tmp_path: pathlib.Path) -> None:
+    plain = components.kueue_configuration(namespace="k", health_port=1, webhook_port=2, cert_dir=tmp_path)
+    assert plain["integrations"]["frameworks"] == ["batch/job"]
+    with_jobset = components.kueue_configuration(namespace="k", health_port=1, webhook_port=2, cert_dir=tmp_path,
+                                                 frameworks=(*components.KUEUE_FRAMEWORKS,
+                                                             operators.KUEUE_JOBSET_FRAMEWORK))
+    assert with_jobset["integrations"]["frameworks"] == ["batch/job", "jobset.x-k8s.io/jobset"]
+    config = operators.jobset_configuration(health_port=1, webhook_port=2, cert_dir=tmp_path)
+    assert config["internalCertManagement"] == {"enable": False} and config["webhook"]["host"] == "127.0.0.1"
