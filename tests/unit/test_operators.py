@@ -46,3 +46,19 @@ def test_kueue_enables_the_jobset_integration_only_when_asked(tmp_path: pathlib.
     assert with_jobset["integrations"]["frameworks"] == ["batch/job", "jobset.x-k8s.io/jobset"]
     config = operators.jobset_configuration(health_port=1, webhook_port=2, cert_dir=tmp_path)
     assert config["internalCertManagement"] == {"enable": False} and config["webhook"]["host"] == "127.0.0.1"
+
+
+def test_dev_clusters_jobset_sample_is_a_valid_jobset_our_webhook_manages() -> None:
+    import yaml
+
+    from tests.admission.builders import patched, review, schema_errors
+    from volcano_metronome import api
+    from volcano_metronome.admission import Context, admit
+    from volcano_metronome.devtools import devcluster
+
+    (jobset,) = yaml.safe_load_all(devcluster.SAMPLE_JOBSET)
+    assert schema_errors(jobset) == []
+    after = patched(jobset, admit(review(jobset), Context()).review)
+    assert after["metadata"]["annotations"][api.GANG_SIZE] == "3"
+    assert {q["metadata"]["name"] for q in yaml.safe_load_all(devcluster.SAMPLE_KUEUE) if q["kind"] == "LocalQueue"} == \
+        {jobset["metadata"]["labels"][api.KUEUE_QUEUE_NAME]}

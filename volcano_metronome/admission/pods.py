@@ -73,8 +73,8 @@ def gang_of(pod: Mapping[str, Any]) -> GangRef | None:
     labels = labels_at(pod)
     kind = annotations_at(pod).get(api.GANG_KIND)
     if kind in api.OWNER_GANG_KINDS:  # from the template of a training job admitted for Kueue
-        job = labels.get(api.JOBSET_NAME_LABEL if kind == api.JOBSET else api.KUBEFLOW_JOB_NAME_LABEL)
-        return GangRef(str(kind), job) if string_or_none(job) else None
+        job = string_or_none(labels.get(api.JOBSET_NAME_LABEL if kind == api.JOBSET else api.KUBEFLOW_JOB_NAME_LABEL))
+        return GangRef(str(kind), job) if job is not None else None
     if string_or_none(labels.get(api.JOBSET_NAME_LABEL)) or string_or_none(labels.get(api.KUBEFLOW_JOB_NAME_LABEL)):
         return None  # a training job's pod neither Kueue nor Volcano gangs (its child Job is no gang of its own)
     metadata = pod.get("metadata")
