@@ -120,3 +120,21 @@ def test_an_mpi_launcher_ranks_before_its_workers_in_index_order() -> None:
     ordered = ranks.ring_order(everyone, keys, [p["metadata"]["name"] for p in everyone])
     assert [p["metadata"]["name"] for p in ordered] == ["pi-launcher-abcde", "pi-worker-0", "pi-worker-1",
                                                         "pi-worker-2", "pi-worker-10"]
+
+
+def test_pods_created_out_of_rank_order_still_take_their_ranks_slots() -> None:
+    """Operators create pods in no particular order, often over several cycles: the first pins wait for
+    every member, so the last-ranked pod arriving first does not take the first node."""
+    f = kueue_cluster(nodes=4)
+    f.put(kube.WORKLOADS, multi_podset_workload("jobset-late-1", "JobSet", "late", [("leader", 1), ("node", 2)]))
+    ctl = f.controller(NOW)
+    run(ctl)
+    pods = [("late-leader-0-0", "leader", 0), ("late-node-0-0", "node", 1), ("late-node-1-0", "node", 2)]
+    for name, rjob, global_index in reversed(pods):  # one pod per cycle, last rank first
+        f.put(kube.PODS, job_pod(name, "JobSet", "late", 3, {
+            api.JOBSET_NAME_LABEL: "late", ranks.JOBSET_REPLICATED_JOB: rjob,
+            ranks.JOBSET_GLOBAL_INDEX: str(global_index)}))
+        run(ctl)
+        if name != pods[0][0]:
+            assert all(objects.gates(p) for p in f.all(kube.PODS)), "pinned before every member existed"
+    placed_in_rank_order(f, "workload-jobset-late-1", [p[0] for p in pods])

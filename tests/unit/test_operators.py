@@ -62,3 +62,14 @@ def test_dev_clusters_jobset_sample_is_a_valid_jobset_our_webhook_manages() -> N
     assert after["metadata"]["annotations"][api.GANG_SIZE] == "3"
     assert {q["metadata"]["name"] for q in yaml.safe_load_all(devcluster.SAMPLE_KUEUE) if q["kind"] == "LocalQueue"} == \
         {jobset["metadata"]["labels"][api.KUEUE_QUEUE_NAME]}
+
+
+def test_the_training_operator_runs_one_namespace_with_volcano_and_what_its_rotator_waits_for() -> None:
+    args = operators.training_operator_args(pathlib.Path("/bin/to"), kubeconfig=pathlib.Path("/k"), namespace="ns",
+                                            health_port=1, webhook_port=2, gang_scheduler="volcano")
+    assert "--namespace=ns" in args and "--gang-scheduler-name=volcano" in args and "--enable-scheme=pytorchjob" in args
+    assert "--health-probe-bind-address=127.0.0.1:1" in args and "--metrics-bind-address=0" in args
+    namespace, secret, webhooks = operators.training_operator_objects("ns")
+    assert (namespace["kind"], secret["metadata"]["namespace"]) == ("Namespace", "ns")
+    assert webhooks["metadata"]["name"] == operators.TRAINING_OPERATOR_WEBHOOKS
+    assert all(w["rules"] == [] for w in webhooks["webhooks"])  # registered for its rotator, never called

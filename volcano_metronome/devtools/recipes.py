@@ -68,6 +68,7 @@ JOBSET_WEBHOOK_PATCHES = tuple(f"config/components/webhook/patches/{kind}-patch.
 TRAINING_OPERATOR_CRDS = tuple(f"manifests/base/crds/kubeflow.org_{plural}.yaml" for plural in (
     "pytorchjobs", "tfjobs", "xgboostjobs", "paddlejobs", "jaxjobs"))  # its own v1 MPIJob is left out: see MPI_CRD
 TRAINING_OPERATOR_WEBHOOKS = "manifests/base/webhook/manifests.yaml"
+PYTORCH_CRD = TRAINING_OPERATOR_CRDS[0]
 # mpi-operator's kubeflow.org/v2beta1 MPIJob, the one Kueue integrates (same CRD name as training-operator's v1).
 MPI_CRD = "manifests/base/kubeflow.org_mpijobs.yaml"
 TRAINER_CRDS = tuple(f"manifests/base/crds/trainer.kubeflow.org_{plural}.yaml" for plural in (

@@ -65,7 +65,7 @@ CONTROLLER_IDENTITY = "local-stack"
 # In start order; stopped in reverse. Volcano's webhooks come first: its controller-manager's Jobs
 # and PodGroups go through them.
 COMPONENTS = ("kube-controller-manager", "kube-scheduler", "kwok", "volcano-webhook", "volcano-controller-manager",
-              "volcano-scheduler", "webhook", "jobset", "kueue", "controller")
+              "volcano-scheduler", "webhook", "jobset", "training-operator", "kueue", "controller")
 VOLCANO = ("volcano-webhook", "volcano-controller-manager", "volcano-scheduler")
 # The programs from the binary cache each component needs.
 PROGRAMS: Mapping[str, tuple[str, ...]] = {
@@ -77,6 +77,7 @@ PROGRAMS: Mapping[str, tuple[str, ...]] = {
     "volcano-scheduler": ("volcano-scheduler",),
     "webhook": ("helm",),  # renders the chart's webhook configuration
     "jobset": ("jobset",),
+    "training-operator": ("training-operator",),  # PyTorchJobs of one namespace, gang-scheduled by Volcano
     "kueue": ("kueue",),
     "controller": (),
 }
@@ -277,6 +278,8 @@ class Stack:
         )
         # Kueue enables its JobSet integration only when the CRD is there when it starts.
         operator_crds = [binaries.module_file("jobset", recipes.JOBSET_CRD)] if "jobset" in programs else []
+        if "training-operator" in programs:
+            operator_crds += [binaries.module_file("training-operator", recipes.PYTORCH_CRD)]
         crds = volcano_crds + kueue_crds + operator_crds + sources.our_crd_files()
         progress(f"installing {len(crds)} CRDs ...")
         client.install_crds(crds)
@@ -307,6 +310,7 @@ class Stack:
             "volcano-scheduler": self._start_volcano_scheduler,
             "webhook": self._start_webhook,
             "jobset": self._start_jobset,
+            "training-operator": self._start_training_operator,
             "kueue": self._start_kueue,
             "controller": self._start_controller,
         }
@@ -417,19 +421,16 @@ class Stack:
         self._wait(name, lambda: probes.kueue_suspends_jobs(client), what="the API server calling Kueue's webhooks")
 
     def _start_jobset(self, client: ApiClient, programs: Mapping[str, pathlib.Path]) -> None:
-        name = "jobset"
-        work = self.directory / name
-        health, webhook = free_ports(2)
-        ca_pem = self._webhook_certs(work / "certs", "jobset-webhook-service")
-        config = work / "config.yaml"
-        config.write_text(yaml.safe_dump(operators.jobset_configuration(
-            health_port=health, webhook_port=webhook, cert_dir=work / "certs")))
-        self._spawn(name, operators.jobset_args(programs[name], kubeconfig=self.kubeconfig_path, config=config), port=health)
-        self._wait(name, lambda: probes.http_ok(f"http://{LOOPBACK}:{health}/readyz"))
-        manifests = binaries.module_file(name, recipes.JOBSET_WEBHOOKS)
-        patches = [binaries.module_file(name, relative) for relative in recipes.JOBSET_WEBHOOK_PATCHES]
-        for configuration in operators.jobset_webhooks(manifests, patches):
-            client.apply(registrations.point_at_url(configuration, f"https://{LOOPBACK}:{webhook}", ca_pem))
+        operators.start_jobset(client, programs["jobset"], self._operator_context("jobset"))
+
+    def _start_training_operator(self, client: ApiClient, programs: Mapping[str, pathlib.Path]) -> None:
+        operators.start_training_operator(client, programs["training-operator"], self._operator_context("training-operator"))
+
+    def _operator_context(self, name: str) -> operators.Context:
+        return operators.Context(
+            work=self.directory / name, kubeconfig=self.kubeconfig_path,
+            spawn=lambda args, port, env: self._spawn(name, args, port=port, env=env),
+            wait=lambda ready: self._wait(name, ready), webhook_certs=self._webhook_certs)
 
     def _start_controller(self, client: ApiClient, programs: Mapping[str, pathlib.Path]) -> None:
         name = "controller"
