@@ -57,16 +57,17 @@ def start_jobset(client: ApiClient, binary: pathlib.Path, ctx: Context) -> None:
         client.apply(point_at_url(configuration, f"https://{LOOPBACK}:{webhook}", ca_pem))
 
 
-def start_training_operator(client: ApiClient, binary: pathlib.Path, ctx: Context) -> None:
-    """Start a training-operator for the PyTorchJobs of :data:`VOLCANO_TRAINING_NAMESPACE`, gang-scheduled by Volcano."""
-    namespace = VOLCANO_TRAINING_NAMESPACE
+def start_training_operator(client: ApiClient, binary: pathlib.Path, ctx: Context, *, namespace: str,
+                            gang_scheduler: str | None) -> None:
+    """Start a training-operator for the PyTorchJobs of ``namespace``, gang-scheduled by ``gang_scheduler`` (None:
+    by nobody, the Kueue case: Kueue admits the whole job at once)."""
     health, webhook = free_ports(2)
     for obj in training_operator_objects(namespace):
         client.apply(obj)
     # Its rotator waits for a kubelet to mount the Secret at this fixed path; its webhook server serves from it.
     ctx.webhook_certs(pathlib.Path(TRAINING_OPERATOR_CERT_DIR), "training-operator")
     ctx.spawn(training_operator_args(binary, kubeconfig=ctx.kubeconfig, namespace=namespace, health_port=health,
-                                     webhook_port=webhook, gang_scheduler="volcano"),
+                                     webhook_port=webhook, gang_scheduler=gang_scheduler),
               health, {**os.environ, "MY_POD_NAMESPACE": namespace})
     ctx.wait(lambda: probes.http_ok(f"http://{LOOPBACK}:{health}/readyz"))
 
@@ -122,8 +123,11 @@ def jobset_webhooks(manifests: pathlib.Path, patches: list[pathlib.Path]) -> lis
 
 
 # ------------------------------------------------------------------------------------- training-operator
-#: The namespace whose PyTorchJobs the stack's training-operator runs with Volcano gang scheduling.
+#: The namespace whose PyTorchJobs the stack's training-operator runs with Volcano gang scheduling; a second one
+#: runs those of ``default`` (where the Kueue examples put their LocalQueue) for Kueue.
 VOLCANO_TRAINING_NAMESPACE = "volcano-training"
+KUEUE_TRAINING_NAMESPACE = "default"
+KUEUE_PYTORCH_FRAMEWORK = "kubeflow.org/pytorchjob"
 # training-operator v1.9.3 always runs cert-controller's rotator (pkg/cert): it keeps its certificate in this
 # Secret of its own namespace (MY_POD_NAMESPACE) and is ready only once it has injected its CA into this
 # ValidatingWebhookConfiguration (cmd/training-operator.v1/main.go).

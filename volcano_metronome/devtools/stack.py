@@ -65,7 +65,7 @@ CONTROLLER_IDENTITY = "local-stack"
 # In start order; stopped in reverse. Volcano's webhooks come first: its controller-manager's Jobs
 # and PodGroups go through them.
 COMPONENTS = ("kube-controller-manager", "kube-scheduler", "kwok", "volcano-webhook", "volcano-controller-manager",
-              "volcano-scheduler", "webhook", "jobset", "training-operator", "kueue", "controller")
+              "volcano-scheduler", "webhook", "jobset", "training-operator", "training-operator-kueue", "kueue", "controller")
 VOLCANO = ("volcano-webhook", "volcano-controller-manager", "volcano-scheduler")
 # The programs from the binary cache each component needs.
 PROGRAMS: Mapping[str, tuple[str, ...]] = {
@@ -78,6 +78,7 @@ PROGRAMS: Mapping[str, tuple[str, ...]] = {
     "webhook": ("helm",),  # renders the chart's webhook configuration
     "jobset": ("jobset",),
     "training-operator": ("training-operator",),  # PyTorchJobs of one namespace, gang-scheduled by Volcano
+    "training-operator-kueue": ("training-operator",),  # those of another, admitted by Kueue
     "kueue": ("kueue",),
     "controller": (),
 }
@@ -278,7 +279,7 @@ class Stack:
         )
         # Kueue enables its JobSet integration only when the CRD is there when it starts.
         operator_crds = [binaries.module_file("jobset", recipes.JOBSET_CRD)] if "jobset" in programs else []
-        if "training-operator" in programs:
+        if "training-operator" in programs or "training-operator-kueue" in programs:
             operator_crds += [binaries.module_file("training-operator", recipes.PYTORCH_CRD)]
         crds = volcano_crds + kueue_crds + operator_crds + sources.our_crd_files()
         progress(f"installing {len(crds)} CRDs ...")
@@ -310,7 +311,10 @@ class Stack:
             "volcano-scheduler": self._start_volcano_scheduler,
             "webhook": self._start_webhook,
             "jobset": self._start_jobset,
-            "training-operator": self._start_training_operator,
+            "training-operator": lambda c, p: self._start_training_operator(
+                c, p, "training-operator", operators.VOLCANO_TRAINING_NAMESPACE, "volcano"),
+            "training-operator-kueue": lambda c, p: self._start_training_operator(
+                c, p, "training-operator-kueue", operators.KUEUE_TRAINING_NAMESPACE, None),
             "kueue": self._start_kueue,
             "controller": self._start_controller,
         }
@@ -399,7 +403,9 @@ class Stack:
         health, webhook = free_ports(2)
         ca_pem = self._webhook_certs(work / "certs", "kueue-webhook-service")
         config = work / "config.yaml"
-        frameworks = components.KUEUE_FRAMEWORKS + ((operators.KUEUE_JOBSET_FRAMEWORK,) if "jobset" in self._processes else ())
+        frameworks = components.KUEUE_FRAMEWORKS + tuple(framework for component, framework in (
+            ("jobset", operators.KUEUE_JOBSET_FRAMEWORK), ("training-operator-kueue", operators.KUEUE_PYTORCH_FRAMEWORK))
+            if component in self._processes)
         config.write_text(yaml.safe_dump(components.kueue_configuration(
             namespace=KUEUE_NAMESPACE, health_port=health, webhook_port=webhook, cert_dir=work / "certs",
             frameworks=frameworks)))
@@ -423,8 +429,10 @@ class Stack:
     def _start_jobset(self, client: ApiClient, programs: Mapping[str, pathlib.Path]) -> None:
         operators.start_jobset(client, programs["jobset"], self._operator_context("jobset"))
 
-    def _start_training_operator(self, client: ApiClient, programs: Mapping[str, pathlib.Path]) -> None:
-        operators.start_training_operator(client, programs["training-operator"], self._operator_context("training-operator"))
+    def _start_training_operator(self, client: ApiClient, programs: Mapping[str, pathlib.Path], name: str,
+                                 namespace: str, gang_scheduler: str | None) -> None:
+        operators.start_training_operator(client, programs["training-operator"], self._operator_context(name),
+                                          namespace=namespace, gang_scheduler=gang_scheduler)
 
     def _operator_context(self, name: str) -> operators.Context:
         return operators.Context(
