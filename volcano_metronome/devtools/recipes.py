@@ -14,7 +14,9 @@ class Tool:
     group: str  # directory under tools/ holding the go.mod that pins it
     package: str  # Go package path of the main package
     module: str  # module whose selected version names the binary
-    tier: str  # "integration" (built on every CI run) or "e2e" (only with METRONOME_E2E=1)
+    # "integration" (built on every CI run), "e2e" (only with METRONOME_E2E=1) or "extra" (by name or --all:
+    # built and pinned for the next integrations, run by no tier yet)
+    tier: str
     # -X assignments; {version}, {major} and {minor} are filled from the module version, {k8s_major}
     # and {k8s_minor} from the group's k8s.io/client-go (v0.36.x: Kubernetes 1.36).
     version_flags: tuple[str, ...] = ()
@@ -214,7 +216,7 @@ TOOLS: dict[str, Tool] = {
             group="mpi-operator",
             package="./cmd/mpi-operator",
             module="github.com/kubeflow/mpi-operator",
-            tier="e2e",
+            tier="extra",
             version_flags=("github.com/kubeflow/mpi-operator/pkg/version.Version={version}",),
             module_files=(MPI_CRD,),
             main_module=True,
@@ -224,7 +226,7 @@ TOOLS: dict[str, Tool] = {
             group="trainer",
             package="./cmd/trainer-controller-manager",
             module="github.com/kubeflow/trainer/v2",
-            tier="e2e",
+            tier="extra",
             module_files=TRAINER_CRDS,
             main_module=True,
         ),
