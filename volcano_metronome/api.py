@@ -34,7 +34,8 @@ PROFILE_ERROR = PREFIX + "profile-error"  # why a controller-created object's pr
 
 # Gang membership of a pod, written by the webhook on the pods it gates.
 MANAGED_LABEL = PREFIX + "managed"  # label "true" on gated pods and on managed pod templates: selects them
-GANG_KIND = PREFIX + "gang-kind"  # annotation: "PodGroup" (Volcano), "Job" (Kueue batch Job), "Workload"
+GANG_KIND = PREFIX + "gang-kind"  # annotation: "PodGroup" (Volcano), "Job" (Kueue batch Job), "Workload",
+# or one of OWNER_GANG_KINDS: a training job submitted to Kueue (its pods belong to the job's Workload)
 GANG_NAME = PREFIX + "gang-name"  # annotation: name of that object, in the pod's namespace
 
 # What the controller writes on pods before removing the gate.
@@ -63,3 +64,11 @@ KUEUE_QUEUE_NAME = "kueue.x-k8s.io/queue-name"  # label on jobs submitted to Kue
 KUEUE_POD_GROUP_NAME = "kueue.x-k8s.io/pod-group-name"  # label on pods of a Kueue plain-pod group
 KUEUE_POD_GROUP_TOTAL_COUNT = "kueue.x-k8s.io/pod-group-total-count"  # annotation: pods in that group
 KUEUE_TOPOLOGY_GATE = "kueue.x-k8s.io/topology"
+JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"  # label on the child Jobs and pods of a JobSet
+KUBEFLOW_JOB_NAME_LABEL = "training.kubeflow.org/job-name"  # label on pods of a Kubeflow training job
+KUBEFLOW_OPERATOR_LABEL = "training.kubeflow.org/operator-name"  # "mpi-operator", "pytorchjob-controller", ...
+
+# Training jobs whose pods belong to the Kueue Workload the job owns (gang kind on their pods, and the
+# ownerReference kind of that Workload).
+JOBSET, PYTORCH_JOB, MPI_JOB = "JobSet", "PyTorchJob", "MPIJob"
+OWNER_GANG_KINDS = (JOBSET, PYTORCH_JOB, MPI_JOB)

@@ -38,7 +38,12 @@ HANDLED = {
     ("kueue.x-k8s.io", "v1beta1", "Workload"): "crds/kueue/kueue.x-k8s.io_workloads.yaml",
     ("batch", "v1", "Job"): None,
     ("", "v1", "Pod"): None,
+    ("jobset.x-k8s.io", "v1alpha2", "JobSet"): "crds/jobset/jobset.x-k8s.io_jobsets.yaml",
+    ("kubeflow.org", "v1", "PyTorchJob"): "crds/training-operator/kubeflow.org_pytorchjobs.yaml",
+    ("kubeflow.org", "v2beta1", "MPIJob"): "crds/mpi-operator/kubeflow.org_mpijobs.yaml",
 }
+# Projects whose example parts tests may need (tests/conftest.py deselects those whose part is missing).
+EXAMPLE_PROJECTS = {"volcano", "kueue", "scheduler-plugins", "training-operator", "mpi-operator", "trainer"}
 MODEL = {api.MODEL: "resnet50"}
 EXPLICIT = {api.PERIOD_MS: "100", api.WINDOWS: '[{"start_ms": 60, "len_ms": 40, "gbps": 50}]', api.JITTER_MS: "1"}
 
@@ -123,9 +128,26 @@ def upstream_examples() -> Iterator[tuple[str, dict[str, Any]]]:
 
 def as_params(cases: list[tuple[str, dict[str, Any]]]) -> list[Any]:
     """``(name, obj)`` cases as pytest parameters, each upstream example marked ``upstream_examples(<its project>)``."""
-    projects = {"volcano", "kueue", "scheduler-plugins"}
+    projects = EXAMPLE_PROJECTS
     return [pytest.param(name, obj, id=name, marks=[pytest.mark.upstream_examples(project)] if project in projects else [])
             for name, obj in cases for project in [name.partition("/")[0]]]
+
+
+def trainer_jobsets(queue: str | None = "user-queue") -> list[tuple[str, dict[str, Any]]]:
+    """JobSets as Kubeflow Trainer makes them from its upstream runtimes (``spec.template`` of a
+    ClusterTrainingRuntime is a JobSet template; JobSet's own module ships no real example), named
+    ``trainer/<file>#<index>``, labelled for Kueue ``queue`` unless None."""
+    out = []
+    for path in sorted((upstream() / "examples" / "trainer").glob("*.yaml")):
+        for index, doc in enumerate(d for d in yaml.safe_load_all(path.read_text()) if d):
+            if doc.get("kind") not in ("ClusterTrainingRuntime", "TrainingRuntime"):
+                continue
+            template = copy.deepcopy(doc["spec"]["template"])
+            metadata: dict[str, Any] = {"name": doc["metadata"]["name"], "namespace": "default",
+                                        **({"labels": {api.KUEUE_QUEUE_NAME: queue}} if queue else {})}
+            out.append((f"trainer/{path.name}#{index}", {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+                                                        "metadata": metadata, "spec": template["spec"]}))
+    return out
 
 
 def workload(version: str, *, annotations: dict[str, str] | None = None,
@@ -263,6 +285,10 @@ def _metadatas(obj: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
     templates = [("spec.template", spec.get("template"))]
     templates += [(f"spec.tasks[{i}].template", t.get("template")) for i, t in enumerate(spec.get("tasks") or [])]
     templates += [(f"spec.podSets[{i}].template", t.get("template")) for i, t in enumerate(spec.get("podSets") or [])]
+    templates += [(f"spec.replicatedJobs[{i}].template.spec.template", ((t.get("template") or {}).get("spec") or {})
+                   .get("template")) for i, t in enumerate(spec.get("replicatedJobs") or [])]
+    for key in ("pytorchReplicaSpecs", "mpiReplicaSpecs"):
+        templates += [(f"spec.{key}.{t}.template", r.get("template")) for t, r in (spec.get(key) or {}).items()]
     for name, template in templates:
         if isinstance(template, dict) and isinstance(template.get("metadata"), dict):
             yield f"{name}.metadata", template["metadata"]

@@ -16,6 +16,7 @@ from tests.admission.builders import (
     review,
     schema_errors,
     as_params,
+    trainer_jobsets,
     upstream_examples,
     with_annotations,
     workload,
@@ -26,16 +27,18 @@ from volcano_metronome.admission import Context, admit
 CTX = Context()
 EXAMPLES = list(upstream_examples())
 WORKLOADS = [(f"synthesized Workload {v}", workload(v)) for v in ("v1beta2", "v1beta1")]
-CASES = EXAMPLES + WORKLOADS
+JOBSETS = trainer_jobsets()
+CASES = EXAMPLES + WORKLOADS + JOBSETS
 
 
-@pytest.mark.upstream_examples("volcano", "kueue")
+@pytest.mark.upstream_examples("volcano", "kueue", "training-operator", "mpi-operator", "trainer")
 def test_the_examples_cover_every_kind_we_handle():
     kinds = {gvk(obj) for _, obj in CASES}
     assert kinds == {("batch.volcano.sh", "v1alpha1", "Job"), ("scheduling.volcano.sh", "v1beta1", "PodGroup"),
                      ("kueue.x-k8s.io", "v1beta2", "Workload"), ("kueue.x-k8s.io", "v1beta1", "Workload"),
-                     ("batch", "v1", "Job"), ("", "v1", "Pod")}
-    assert len(EXAMPLES) >= 12
+                     ("batch", "v1", "Job"), ("", "v1", "Pod"), ("jobset.x-k8s.io", "v1alpha2", "JobSet"),
+                     ("kubeflow.org", "v1", "PyTorchJob"), ("kubeflow.org", "v2beta1", "MPIJob")}
+    assert len(EXAMPLES) >= 16 and len(JOBSETS) >= 2
 
 
 @pytest.mark.parametrize("name, obj", as_params(CASES))

@@ -233,6 +233,7 @@ def test_webhook_configuration_has_one_entry_per_kind() -> None:
         "volcano-jobs.metronome.dev": (["batch.volcano.sh"], ["v1alpha1"], ["jobs"], "Fail"),
         "volcano-podgroups.metronome.dev": (["scheduling.volcano.sh"], ["v1beta1"], ["podgroups"], "Fail"),
         "batch-jobs.metronome.dev": (["batch"], ["v1"], ["jobs"], "Fail"),
+        "training-jobs.metronome.dev": (["jobset.x-k8s.io"], ["v1alpha2"], ["jobsets"], "Fail"),
         "pods.metronome.dev": ([""], ["v1"], ["pods"], "Fail"),
         "kueue-pods.metronome.dev": ([""], ["v1"], ["pods"], "Fail"),
         "kueue-workloads.metronome.dev": (["kueue.x-k8s.io"], ["v1beta2", "v1beta1"], ["workloads"], "Ignore"),
@@ -278,12 +279,20 @@ def _upstream_crd(group: str, plural: str) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize("hook_name", ["volcano-jobs.metronome.dev", "volcano-podgroups.metronome.dev",
-                                       "kueue-workloads.metronome.dev"])
+                                       "kueue-workloads.metronome.dev", "training-jobs.metronome.dev"])
 def test_webhook_rules_match_the_upstream_crds(hook_name: str) -> None:
-    rule = _webhooks()[hook_name]["rules"][0]
-    crd = _upstream_crd(rule["apiGroups"][0], rule["resources"][0])
-    served = {v["name"] for v in crd["spec"]["versions"] if v["served"]}
-    assert set(rule["apiVersions"]) <= served, f"{hook_name} names versions {rule['apiVersions']}, upstream serves {served}"
+    for rule in _webhooks()[hook_name]["rules"]:
+        crd = _upstream_crd(rule["apiGroups"][0], rule["resources"][0])
+        served = {v["name"] for v in crd["spec"]["versions"] if v["served"]}
+        assert set(rule["apiVersions"]) <= served, f"{hook_name} names versions {rule['apiVersions']}, upstream serves {served}"
+
+
+def test_the_training_jobs_hook_covers_every_training_kind_the_webhook_admits() -> None:
+    from volcano_metronome.admission.review import KINDS
+
+    rules = {(g, v) for rule in _webhooks()["training-jobs.metronome.dev"]["rules"] for g in rule["apiGroups"]
+             for v in rule["apiVersions"]}
+    assert rules == {(g, v) for (g, v, kind) in KINDS if kind in api.OWNER_GANG_KINDS}
 
 
 def test_webhook_deployment() -> None:

@@ -17,7 +17,8 @@ from volcano_metronome.admission import Context
 from volcano_metronome.admission.review import KINDS, admit
 from volcano_metronome.devtools.sources import upstream_dir
 
-KIND_OF_RESOURCE = {"jobs": "Job", "podgroups": "PodGroup", "workloads": "Workload", "pods": "Pod"}
+KIND_OF_RESOURCE = {"jobs": "Job", "podgroups": "PodGroup", "workloads": "Workload", "pods": "Pod", "jobsets": "JobSet",
+                    "pytorchjobs": "PyTorchJob", "mpijobs": "MPIJob"}
 
 
 def _webhooks() -> dict[str, dict[str, Any]]:

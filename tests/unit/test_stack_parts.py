@@ -172,8 +172,9 @@ def test_missing_programs_skip_optional_components_and_fail_required_ones(tmp_pa
     stack = Stack(tmp_path)
     found = stack._resolve_programs()
     assert set(found) == {"webhook", "controller"}
-    assert set(stack.skipped) == {"kube-controller-manager", "kube-scheduler", "kwok", "kueue", "volcano-webhook",
-                                  "volcano-controller-manager", "volcano-scheduler"}
+    assert set(stack.skipped) == {"kube-controller-manager", "kube-scheduler", "kwok", "jobset", "training-operator",
+                                  "training-operator-kueue", "kueue", "volcano-webhook", "volcano-controller-manager",
+                                  "volcano-scheduler"}
     with pytest.raises(binaries.MissingBinary, match="kwok: kwok is not built"):
         Stack(tmp_path, required=["kwok"])._resolve_programs()
 

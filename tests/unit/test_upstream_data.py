@@ -37,7 +37,8 @@ def _checkout(tmp_path: pathlib.Path) -> pathlib.Path:
     """A checkout whose tools/ pins are the real ones, with nothing beside it."""
     real = sources.repo_root() / "tools"
     checkout = tmp_path / "elsewhere" / "clone"
-    for group, files in (("volcano", ("source.json",)), ("kueue", ("go.mod",))):
+    pins = [("volcano", ("source.json",)), ("kueue", ("go.mod",))] + [(g, ("source.json",)) for g in upstream.OPERATORS]
+    for group, files in pins:
         (checkout / "tools" / group).mkdir(parents=True)
         for name in files:
             (checkout / "tools" / group / name).write_bytes((real / group / name).read_bytes())

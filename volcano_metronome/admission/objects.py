@@ -95,6 +95,8 @@ def admit_batch_job(obj: Mapping[str, Any], namespace: str, ctx: Context) -> Out
     queue = string_or_none(labels_at(obj).get(api.KUEUE_QUEUE_NAME))
     if queue is None:
         return UNMANAGED  # not submitted to Kueue: its pods would form no gang anyone schedules
+    if annotations_at(obj, ("spec", "template", "metadata")).get(api.GANG_KIND) in api.OWNER_GANG_KINDS:
+        return UNMANAGED  # the child Job of a training job: its pods belong to the job's gang, sized there
     spec = mapping_at(obj, ("spec",)) or {}
     places = [Place("", annotations_at(obj)), Place("spec.template", annotations_at(obj, ("spec", "template", "metadata")))]
     resolved = resolve(places, namespace=namespace, queue=queue, ctx=ctx)

@@ -1,8 +1,11 @@
 """Pods of managed gangs: created behind the scheduling gate, with their gang named and the timing env wired.
 
 A pod's gang is, in this order: the Volcano PodGroup its ``scheduling.k8s.io/group-name`` annotation
-names; the batch/v1 Job that controls it (Kueue batch Job); the Kueue plain-pod group its
-``kueue.x-k8s.io/pod-group-name`` label names (gang kind ``Workload``). The gang is managed when the
+names; the training job (JobSet, PyTorchJob, MPIJob) its template was admitted for under Kueue (the
+template's ``metronome.dev/gang-kind``; the name from the operator's ``jobset.sigs.k8s.io/jobset-name`` or
+``training.kubeflow.org/job-name`` label); the batch/v1 Job that controls it (Kueue batch Job), unless it
+is the child Job of a training job; the Kueue plain-pod group its ``kueue.x-k8s.io/pod-group-name`` label
+names (gang kind ``Workload``). The gang is managed when the
 pod carries a resolved profile (inherited from a template the webhook annotated), else when its
 PodGroup (from the watch-fed cache) was admitted with one, else (PodGroup and plain-pod groups only)
 when the pod's own annotations ask for one; plain-pod groups also take the queue and namespace
@@ -67,6 +70,13 @@ def gang_of(pod: Mapping[str, Any]) -> GangRef | None:
     group = string_or_none(annotations_at(pod).get(api.VOLCANO_GROUP_NAME))
     if group is not None:
         return GangRef("PodGroup", group)
+    labels = labels_at(pod)
+    kind = annotations_at(pod).get(api.GANG_KIND)
+    if kind in api.OWNER_GANG_KINDS:  # from the template of a training job admitted for Kueue
+        job = string_or_none(labels.get(api.JOBSET_NAME_LABEL if kind == api.JOBSET else api.KUBEFLOW_JOB_NAME_LABEL))
+        return GangRef(str(kind), job) if job is not None else None
+    if string_or_none(labels.get(api.JOBSET_NAME_LABEL)) or string_or_none(labels.get(api.KUBEFLOW_JOB_NAME_LABEL)):
+        return None  # a training job's pod neither Kueue nor Volcano gangs (its child Job is no gang of its own)
     metadata = pod.get("metadata")
     owners = metadata.get("ownerReferences") if isinstance(metadata, dict) else None
     for owner in owners if isinstance(owners, list) else ():
@@ -139,8 +149,8 @@ def admit_pod(pod: Mapping[str, Any], namespace: str, ctx: Context) -> Outcome:
     if gang is None:
         if has_user_keys(annotations) or api.PROFILE in annotations:
             return Outcome(warnings=(
-                "pod carries metronome.dev profile annotations but belongs to no Volcano PodGroup, Kueue batch Job "
-                "or Kueue pod group: it is not gated",))
+                "pod carries metronome.dev profile annotations but belongs to no Volcano PodGroup, Kueue batch Job, "
+                "training job submitted to Kueue (JobSet, PyTorchJob, MPIJob) or Kueue pod group: it is not gated",))
         return UNMANAGED
     resolved, size = _profile(pod, annotations, gang, namespace, ctx)
     if resolved is None:
@@ -187,8 +197,8 @@ def _profile(pod: Mapping[str, Any], annotations: Mapping[str, Any], gang: GangR
             if from_group is not None:
                 return Resolved(from_group.profile, from_group.source), size or inherited_size(group_annotations,
                                                                                                api.GANG_SIZE)
-    if gang.kind == "Job":
-        return None, size  # a Kueue batch Job's pods inherit the profile from the template, or are unmanaged
+    if gang.kind == "Job" or gang.kind in api.OWNER_GANG_KINDS:
+        return None, size  # the pods of a Kueue job inherit the profile from its template, or are unmanaged
     plain_pods = gang.kind == "Workload"
     queue = string_or_none(labels_at(pod).get(api.KUEUE_QUEUE_NAME)) if plain_pods else None
     resolved = resolve([Place("", annotations)], namespace=namespace, queue=queue, ctx=ctx, defaults=plain_pods)

@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from volcano_metronome import api
+from volcano_metronome.admission.jobset import admit_jobset
+from volcano_metronome.admission.kubeflow import admit_mpi_job, admit_pytorch_job
 from volcano_metronome.admission.objects import admit_batch_job, admit_pod_group, admit_volcano_job, admit_workload
 from volcano_metronome.admission.outcome import UNMANAGED, Outcome, created_by_controller
 from volcano_metronome.admission.patches import mapping_at_or_none, set_entries
@@ -40,6 +42,9 @@ KINDS: dict[tuple[str, str, str], tuple[str, Handler, bool]] = {
     ("kueue.x-k8s.io", "v1beta1", "Workload"): ("Workload", admit_workload, True),
     ("batch", "v1", "Job"): ("Job", admit_batch_job, False),
     ("", "v1", "Pod"): ("Pod", admit_pod, False),
+    ("jobset.x-k8s.io", "v1alpha2", "JobSet"): ("JobSet", admit_jobset, False),
+    ("kubeflow.org", "v1", "PyTorchJob"): ("PyTorchJob", admit_pytorch_job, False),
+    ("kubeflow.org", "v2beta1", "MPIJob"): ("MPIJob", admit_mpi_job, False),
 }
 OTHER = "other"
 
@@ -63,7 +68,8 @@ class Request:
 
     @property
     def label(self) -> str:
-        """The kind as metrics name it: ``VolcanoJob``, ``PodGroup``, ``Workload``, ``Job``, ``Pod`` or ``other``."""
+        """The kind as metrics name it: ``VolcanoJob``, ``PodGroup``, ``Workload``, ``Job``, ``Pod``, ``JobSet``,
+        ``PyTorchJob``, ``MPIJob`` or ``other``."""
         entry = KINDS.get((self.group, self.version, self.kind))
         return entry[0] if entry else OTHER
 

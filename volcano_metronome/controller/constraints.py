@@ -2,7 +2,9 @@
 
 Ranks: gated pods take the claim's free member slots in rank order (``controller.ranks``), the
 claim's nodes in ring order (those of a rack consecutive), so the ring crosses each node and rack
-boundary once. Pods already bound, or ungated with our affinity, keep what they have.
+boundary once. Pods already bound, or ungated with our affinity, keep what they have. The first pins
+wait until every member exists (a Workload is decided before its pods, which operators create in no
+particular order); after that a replacement pod takes the slot its predecessor left.
 
 kube-scheduler and Kueue: each pod is pinned to the one node of its slot.
 
@@ -83,6 +85,10 @@ def assign(claim: ClaimView, pods: Sequence[PodView], hostnames: Mapping[str, st
                 pooled.append(pod)
         else:
             loose.append(pod)
+    if not fixed and len(loose) < sum(claim.members):
+        # A gang decided before its pods existed (a Kueue Workload) gets its first pins once every member
+        # exists: then ranks, not the order its operator happened to create the pods in, choose the slots.
+        return Assignment(tuple(Target(p, ()) for p in pods))
     for pod in pooled:  # not bound yet: count it against the first node of its set with a slot
         assert pod.allowed is not None
         _take(slots, [n for n in claim.nodes if n in pod.allowed])

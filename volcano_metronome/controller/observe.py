@@ -22,8 +22,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Iterable, Mapping, Sequence
 
 from volcano_metronome import api
-from volcano_metronome.controller import eligibility, network, objects, queuepolicy as policies, ranks as ranking, \
-    vanished
+from volcano_metronome.controller import eligibility, network, objects, owners, queuepolicy as policies, \
+    ranks as ranking, vanished
 from volcano_metronome.controller.objects import JSON
 from volcano_metronome.controller.queuepolicy import QueuePolicyView
 from volcano_metronome.controller.settings import Settings
@@ -256,11 +256,7 @@ def observe(inputs: Inputs, settings: Settings) -> World:
                            if (ac.get("spec") or {}).get("controllerName") == api.ADMISSION_CHECK_CONTROLLER)
     cq_checks = {objects.name(cq): cluster_queue_checks(cq) for cq in inputs.cluster_queues}
     workloads = {(objects.namespace(w), objects.name(w)): w for w in inputs.workloads}
-    owned_by_job: dict[tuple[str, str], str] = {}
-    for (ns, wname), wl in workloads.items():
-        for ref in objects.meta(wl).get("ownerReferences") or []:
-            if ref.get("kind") == JOB:
-                owned_by_job[(ns, str(ref.get("name")))] = wname
+    owned_by_job = owners.workload_owners(inputs.workloads)
     podgroups = {(objects.namespace(p), objects.name(p)): p for p in inputs.podgroups}
 
     hostnames = {objects.name(n): str(objects.labels(n)[objects.HOSTNAME_LABEL]) for n in inputs.nodes
@@ -339,8 +335,8 @@ def member_specs(key: GangKey, obj: Mapping[str, Any] | None, pods: Sequence[Pod
     return specs
 
 
-def gang_key_of_pod(pod: Mapping[str, Any], owned_by_job: Mapping[tuple[str, str], str]) -> GangKey | None:
-    """The gang a pod belongs to (a Kueue-managed Job's pods belong to its Workload)."""
+def gang_key_of_pod(pod: Mapping[str, Any], owned_by_job: Mapping[tuple[str, str, str], str]) -> GangKey | None:
+    """The gang a pod belongs to (a Kueue-managed job's pods belong to its Workload: :mod:`.owners`)."""
     ann = objects.annotations_of(pod)
     ns = objects.namespace(pod)
     kind, gname = ann.get(api.GANG_KIND), ann.get(api.GANG_NAME)
@@ -349,10 +345,10 @@ def gang_key_of_pod(pod: Mapping[str, Any], owned_by_job: Mapping[tuple[str, str
         if not group:
             return None
         kind, gname = PODGROUP, group
+    if (ns, kind, gname) in owned_by_job:
+        return GangKey(ns, WORKLOAD, owned_by_job[(ns, kind, gname)])
     if kind not in GANG_KINDS:
-        return None
-    if kind == JOB and (ns, gname) in owned_by_job:
-        return GangKey(ns, WORKLOAD, owned_by_job[(ns, gname)])
+        return None  # a training job's pods whose Workload is not (yet) seen wait gated
     return GangKey(ns, kind, gname)
 
 

@@ -32,13 +32,13 @@ from volcano_metronome.controller.reconcile import ClaimStatus, Event, GangWrite
 from volcano_metronome.controller.settings import Settings
 from volcano_metronome.core.errors import InvalidInput
 from volcano_metronome.core.profile import Profile
+from volcano_metronome.shapes import JSON
 
 PROFILE_DRIFT = "ProfileDrift"
 AS_DECLARED = "AsDeclared"
 OBSERVE, ADOPT = "observe", "adopt"
 #: Keys of status.measuredProfile about the measurement rather than the profile.
 MEASUREMENT_KEYS = frozenset({"source", "node", "measuredAt", "confidence", "periods"})
-JSON = dict[str, Any]
 log = logging.getLogger(__name__)
 
 

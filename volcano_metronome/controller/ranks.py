@@ -8,7 +8,8 @@ ties, numerically):
    the training-operator's PyTorchJob: master 0, workers 1..n);
 2. ``jobset``: JobSet labels, ``jobset.sigs.k8s.io/job-global-index`` or
    (``replicatedjob-name``, ``job-index``), then the Job's completion index;
-3. ``kubeflow``: ``training.kubeflow.org/replica-type`` (a coordinator type first) and ``replica-index``;
+3. ``kubeflow``: ``training.kubeflow.org/replica-type`` (else ``job-role``, as mpi-operator labels its pods;
+   a coordinator type first) and ``replica-index`` (a coordinator without one, the MPI launcher, is 0);
 4. ``volcano``: ``volcano.sh/task-spec`` (a coordinator task first, then by name: the pod does not
    say where its task sits in the Job's task list) and ``volcano.sh/task-index``;
 5. ``completion-index``: ``batch.kubernetes.io/job-completion-index`` (an Indexed Job);
@@ -31,6 +32,7 @@ JOBSET_JOB_INDEX = "jobset.sigs.k8s.io/job-index"
 JOBSET_GLOBAL_INDEX = "jobset.sigs.k8s.io/job-global-index"
 KUBEFLOW_REPLICA_TYPE = "training.kubeflow.org/replica-type"
 KUBEFLOW_REPLICA_INDEX = "training.kubeflow.org/replica-index"
+KUBEFLOW_JOB_ROLE = "training.kubeflow.org/job-role"
 SOURCES = ("env-rank", "jobset", "kubeflow", "volcano", "completion-index")
 
 # Roles that hold rank 0 by convention (PyTorch master, TF chief, MPI launcher, ...).
@@ -92,7 +94,11 @@ def rank_keys(pod: Mapping[str, Any]) -> dict[str, Key]:
         out["jobset"] = ((1, global_index, ""), (1, completion or 0, ""))
     elif replicated and job_index is not None:
         out["jobset"] = (*natural(replicated), (1, job_index, ""), (1, completion or 0, ""))
-    replica_type, replica_index = _meta(pod, KUBEFLOW_REPLICA_TYPE), _int(_meta(pod, KUBEFLOW_REPLICA_INDEX))
+    # mpi-operator labels its pods with the job role only (launcher, worker) and gives the launcher no index.
+    replica_type = _meta(pod, KUBEFLOW_REPLICA_TYPE) or _meta(pod, KUBEFLOW_JOB_ROLE)
+    replica_index = _int(_meta(pod, KUBEFLOW_REPLICA_INDEX))
+    if replica_index is None and replica_type and _COORDINATOR.search(replica_type):
+        replica_index = 0
     if replica_type and replica_index is not None:
         out["kubeflow"] = (*_role(replica_type), (1, replica_index, ""))
     task, task_index = volcano_role(pod), _int(_meta(pod, VOLCANO_TASK_INDEX))

@@ -126,12 +126,13 @@ def kwok_args(binary: pathlib.Path, *, kubeconfig: pathlib.Path, stages: pathlib
     ]
 
 
-def kueue_configuration(*, namespace: str, health_port: int, webhook_port: int, cert_dir: pathlib.Path) -> dict[str, Any]:
+def kueue_configuration(*, namespace: str, health_port: int, webhook_port: int, cert_dir: pathlib.Path,
+                        frameworks: tuple[str, ...] = KUEUE_FRAMEWORKS) -> dict[str, Any]:
     """Kueue's ``config.kueue.x-k8s.io/v1beta2`` Configuration for a manager run out of cluster.
 
     Its webhook server listens on loopback with the certificate in ``cert_dir`` (``tls.crt`` /
     ``tls.key``; internal certificate management off, since it only knows in-cluster Service names),
-    no leader election, metrics off.
+    no leader election, metrics off; ``frameworks``: the integrations (JobSet's too when its controller runs).
     """
     return {
         "apiVersion": "config.kueue.x-k8s.io/v1beta2",
@@ -144,7 +145,7 @@ def kueue_configuration(*, namespace: str, health_port: int, webhook_port: int, 
         "metrics": {"bindAddress": "0"},
         "leaderElection": {"leaderElect": False},
         "clientConnection": {"qps": 50, "burst": 100},
-        "integrations": {"frameworks": list(KUEUE_FRAMEWORKS)},
+        "integrations": {"frameworks": list(frameworks)},
         "featureGates": dict(KUEUE_FEATURE_GATES),
     }
 

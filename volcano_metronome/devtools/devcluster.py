@@ -28,6 +28,7 @@ from volcano_metronome.devtools.stack import Stack
 
 SAMPLE_PODGROUP_FILE = "sample-podgroup.yaml"
 SAMPLE_KUEUE_FILE = "sample-kueue.yaml"
+SAMPLE_JOBSET_FILE = "sample-jobset.yaml"
 SAMPLE_VOLCANO_JOB_FILE = "sample-volcano-job.yaml"
 
 SAMPLE_PODGROUP_HEADER = """\
@@ -161,6 +162,41 @@ def state_dir(environ: dict[str, str] | None = None) -> pathlib.Path:
     return binaries.user_cache_dir("dev-cluster", "METRONOME_DEV_CLUSTER_DIR", environ)
 
 
+SAMPLE_JOBSET = """\
+# A JobSet of two replicated jobs through Kueue (apply sample-kueue.yaml first: its queues and our
+# AdmissionCheck): one gang of 3 pods of 8 GPUs, held by our check, placed leader first in rank order.
+apiVersion: jobset.x-k8s.io/v1alpha2
+kind: JobSet
+metadata:
+  name: jobset-demo
+  namespace: default
+  labels:
+    kueue.x-k8s.io/queue-name: user-queue
+  annotations:
+    metronome.dev/model: resnet50
+spec:
+  replicatedJobs:
+    - name: leader
+      replicas: 1
+      template:
+        spec:
+          template:
+            spec:
+              restartPolicy: Never
+              containers:
+                - {name: trainer, image: busybox, command: [sleep, "3600"], resources: {limits: {nvidia.com/gpu: 8}}}
+    - name: workers
+      replicas: 2
+      template:
+        spec:
+          template:
+            spec:
+              restartPolicy: Never
+              containers:
+                - {name: trainer, image: busybox, command: [sleep, "3600"], resources: {limits: {nvidia.com/gpu: 8}}}
+"""
+
+
 def sample_podgroup(members: int = 2, name: str = "allreduce-demo") -> str:
     """The PodGroup sample: a PodGroup and ``members`` pods of 8 GPUs naming it, in ``default``."""
     group = {
@@ -223,6 +259,7 @@ def up(
     stack.detach()
     (directory / SAMPLE_PODGROUP_FILE).write_text(sample_podgroup())
     (directory / SAMPLE_KUEUE_FILE).write_text(SAMPLE_KUEUE)
+    (directory / SAMPLE_JOBSET_FILE).write_text(SAMPLE_JOBSET)
     (directory / SAMPLE_VOLCANO_JOB_FILE).write_text(SAMPLE_VOLCANO_JOB)
     return status(directory)
 
@@ -288,6 +325,8 @@ def sample_text(current: Status) -> str:
         lines.append("  (no scheduler runs: our controller places and ungates the pods, nothing binds them)")
     if "kueue" in current.processes:
         lines.append(f"  kubectl apply -f {current.state_dir / SAMPLE_KUEUE_FILE}      # a Kueue Job, held by our AdmissionCheck")
+        if "jobset" in current.processes:
+            lines.append(f"  kubectl apply -f {current.state_dir / SAMPLE_JOBSET_FILE}     # then a JobSet of 2 replicated jobs")
     lines += [
         "  kubectl get stbandwidthclaims -A; kubectl get pods -o wide",
         "",

@@ -1,10 +1,12 @@
-"""The source tree of a Go module built as its own main module (Volcano): from the Go module proxy, else
-from a pinned source archive checked against its sha256.
+"""The source tree of a Go module built as its own main module (Volcano, the JobSet and Kubeflow operators):
+from the Go module proxy, else from a pinned source archive checked against its sha256.
 
 Volcano's ``go.mod`` has ``replace`` directives that only hold when it is the main module, so its
 programs are built inside its source tree rather than required from a ``tools/`` module. A group's
-``source.json`` pins the module version and the archive (file name, sha256, top directory, and where it
-lies beside the checkout). The tree is unpacked once into ``~/.cache/volcano-metronome/src/``.
+``source.json`` pins the module version and, optionally, the archive (file name, sha256, top directory, and
+where it lies beside the checkout). The tree is unpacked once into ``~/.cache/volcano-metronome/src/``.
+The operators pin no archive: their own ``go.mod`` selects the dependency versions their releases were
+tested with, which a ``require`` from a module of ours could move, and the proxy serves them.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import hashlib
 import json
 import os
 import pathlib
+import re
 import shutil
 import stat
 import subprocess
@@ -26,6 +29,7 @@ from volcano_metronome.core.errors import MetronomeError
 PIN_FILE = "source.json"
 ARCHIVE_VARIABLE = "METRONOME_VOLCANO_SRC"
 _COMPLETE = ".metronome-complete-2"  # -2: module trees completed with their nested modules
+_ARCHIVE_KEYS = ("archive", "archive_sha256", "archive_top", "archive_dir")
 
 
 class SourceUnavailable(MetronomeError):
@@ -34,24 +38,35 @@ class SourceUnavailable(MetronomeError):
 
 @dataclass(frozen=True)
 class Pin:
-    """A module version and the archive that stands in for it where the proxy does not serve it."""
+    """A module version and the archive that stands in for it where the proxy does not serve it ("": none)."""
 
     module: str
     version: str
-    archive: str
-    archive_sha256: str
-    archive_top: str
-    archive_dir: str  # relative to the parent of the checkout, e.g. shared/upstream/volcano-src
+    archive: str = ""
+    archive_sha256: str = ""
+    archive_top: str = ""
+    archive_dir: str = ""  # relative to the parent of the checkout, e.g. shared/upstream/volcano-src
 
     @classmethod
     def read(cls, path: pathlib.Path) -> Pin:
-        """The pin in ``path`` (a ``source.json``)."""
+        """The pin in ``path`` (a ``source.json``): ``module`` and ``version``, optionally the archive's four keys."""
         try:
             data = json.loads(path.read_text())
-            return cls(**{name: str(data[name]) for name in cls.__dataclass_fields__})
+            values = {name: str(data[name]) for name in cls.__dataclass_fields__ if name in data}
+            archive = [name for name in _ARCHIVE_KEYS if name in values]
+            if archive and len(archive) != len(_ARCHIVE_KEYS):
+                raise KeyError(f"an archive needs all of {', '.join(_ARCHIVE_KEYS)}")
+            return cls(**values)
         except (OSError, ValueError, KeyError, TypeError) as exc:
-            raise SourceUnavailable(f"{path}: not a valid source pin ({exc}); expected keys "
-                                    f"{', '.join(cls.__dataclass_fields__)}") from exc
+            raise SourceUnavailable(f"{path}: not a valid source pin ({exc}); expected keys module, version "
+                                    f"(and optionally {', '.join(_ARCHIVE_KEYS)})") from exc
+
+    @property
+    def directory_name(self) -> str:
+        """The cache directory of this pin: ``volcano-v1.15.1``, ``trainer-v2.2.1`` (a ``/vN`` suffix is skipped)."""
+        parts = self.module.split("/")
+        base = parts[-2] if len(parts) > 1 and re.fullmatch(r"v\d+", parts[-1]) else parts[-1]
+        return f"{base}-{self.version}"
 
 
 def local_origin(checkout: pathlib.Path) -> pathlib.Path | None:
@@ -85,7 +100,7 @@ def source_dir(
 ) -> pathlib.Path:
     """The unpacked source tree of ``pin`` (its ``go.mod`` at the top), fetched or unpacked on first use."""
     env = dict(os.environ if environ is None else environ)
-    target = cache / f"{pin.module.rsplit('/', 1)[-1]}-{pin.version}"
+    target = cache / pin.directory_name
     if (target / _COMPLETE).is_file():
         return target / "src"
     tried: list[str] = []
@@ -103,9 +118,9 @@ def source_dir(
         return _install(target, fill, f"module {pin.module}@{pin.version}")
     archive = _find_archive(pin, env, checkout, tried)
     if archive is None:
-        raise SourceUnavailable(
-            f"no source of {pin.module} {pin.version}; tried: " + "; ".join(tried)
-            + f". Set {ARCHIVE_VARIABLE} to the archive {pin.archive} (sha256 {pin.archive_sha256})")
+        hint = (f". Set {ARCHIVE_VARIABLE} to the archive {pin.archive} (sha256 {pin.archive_sha256})" if pin.archive
+                else "; no source archive is pinned for it: the Go module proxy must serve it")
+        raise SourceUnavailable(f"no source of {pin.module} {pin.version}; tried: " + "; ".join(tried) + hint)
     if progress:
         progress(f"unpacking {archive} into {target} ...")
     return _install(target, lambda destination: _unpack(archive, pin.archive_top, destination), str(archive))
@@ -116,7 +131,7 @@ def archive_tree(
 ) -> tuple[pathlib.Path | None, list[str]]:
     """The unpacked archive of ``pin`` (unpacked once), or None and the places looked in."""
     env = dict(os.environ if environ is None else environ)
-    target = cache / f"{pin.module.rsplit('/', 1)[-1]}-{pin.version}-archive"
+    target = cache / f"{pin.directory_name}-archive"
     if (target / _COMPLETE).is_file():
         return target / "src", []
     tried: list[str] = []
@@ -208,6 +223,8 @@ def _from_proxy(pin: Pin, env: dict[str, str], tried: list[str]) -> pathlib.Path
 
 
 def _find_archive(pin: Pin, env: dict[str, str], checkout: pathlib.Path, tried: list[str]) -> pathlib.Path | None:
+    if not pin.archive:
+        return None
     override = env.get(ARCHIVE_VARIABLE)
     if override:  # the archive itself, or the directory holding it
         given = pathlib.Path(override).expanduser()

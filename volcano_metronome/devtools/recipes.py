@@ -14,7 +14,9 @@ class Tool:
     group: str  # directory under tools/ holding the go.mod that pins it
     package: str  # Go package path of the main package
     module: str  # module whose selected version names the binary
-    tier: str  # "integration" (built on every CI run) or "e2e" (only with METRONOME_E2E=1)
+    # "integration" (built on every CI run), "e2e" (only with METRONOME_E2E=1) or "extra" (by name or --all:
+    # built and pinned for the next integrations, run by no tier yet)
+    tier: str
     # -X assignments; {version}, {major} and {minor} are filled from the module version, {k8s_major}
     # and {k8s_minor} from the group's k8s.io/client-go (v0.36.x: Kubernetes 1.36).
     version_flags: tuple[str, ...] = ()
@@ -59,6 +61,20 @@ VOLCANO_CRDS = tuple(
 ) + ("config/crd/jobflow/bases/flow.volcano.sh_jobflows.yaml", "config/crd/jobflow/bases/flow.volcano.sh_jobtemplates.yaml")
 VOLCANO_SCHEDULER_CONF = f"{_VOLCANO_CHART}/config/volcano-scheduler.conf"
 VOLCANO_WEBHOOKS = f"{_VOLCANO_CHART}/templates/webhooks.yaml"
+# The training operators Kueue's integrations expect, at the versions tools/kueue/go.mod selects, each built
+# as its own main module (tools/<group>/source.json) so that its own go.mod picks its dependencies. Run-time
+# files: the CRDs of that exact version (and their webhook registrations, to run them out of cluster).
+JOBSET_CRD = "config/components/crd/bases/jobset.x-k8s.io_jobsets.yaml"
+JOBSET_WEBHOOKS = "config/components/webhook/manifests.yaml"
+JOBSET_WEBHOOK_PATCHES = tuple(f"config/components/webhook/patches/{kind}-patch.yaml" for kind in ("mutating", "validating"))
+TRAINING_OPERATOR_CRDS = tuple(f"manifests/base/crds/kubeflow.org_{plural}.yaml" for plural in (
+    "pytorchjobs", "tfjobs", "xgboostjobs", "paddlejobs", "jaxjobs"))  # its own v1 MPIJob is left out: see MPI_CRD
+TRAINING_OPERATOR_WEBHOOKS = "manifests/base/webhook/manifests.yaml"
+PYTORCH_CRD = TRAINING_OPERATOR_CRDS[0]
+# mpi-operator's kubeflow.org/v2beta1 MPIJob, the one Kueue integrates (same CRD name as training-operator's v1).
+MPI_CRD = "manifests/base/kubeflow.org_mpijobs.yaml"
+TRAINER_CRDS = tuple(f"manifests/base/crds/trainer.kubeflow.org_{plural}.yaml" for plural in (
+    "trainjobs", "trainingruntimes", "clustertrainingruntimes"))
 TOOLS: dict[str, Tool] = {
     tool.name: tool
     for tool in (
@@ -176,7 +192,43 @@ TOOLS: dict[str, Tool] = {
             module_files=(VOLCANO_WEBHOOKS,),
             main_module=True,
         ),
+        Tool(
+            name="jobset",
+            group="jobset",
+            package=".",
+            module="sigs.k8s.io/jobset",
+            tier="e2e",
+            version_flags=("sigs.k8s.io/jobset/pkg/version.GitVersion={version}",),
+            module_files=(JOBSET_CRD, JOBSET_WEBHOOKS, *JOBSET_WEBHOOK_PATCHES),
+            main_module=True,
+        ),
+        Tool(
+            name="training-operator",
+            group="training-operator",
+            package="./cmd/training-operator.v1",
+            module="github.com/kubeflow/training-operator",
+            tier="e2e",
+            module_files=(*TRAINING_OPERATOR_CRDS, TRAINING_OPERATOR_WEBHOOKS),
+            main_module=True,
+        ),
+        Tool(
+            name="mpi-operator",
+            group="mpi-operator",
+            package="./cmd/mpi-operator",
+            module="github.com/kubeflow/mpi-operator",
+            tier="extra",
+            version_flags=("github.com/kubeflow/mpi-operator/pkg/version.Version={version}",),
+            module_files=(MPI_CRD,),
+            main_module=True,
+        ),
+        Tool(
+            name="trainer-controller-manager",
+            group="trainer",
+            package="./cmd/trainer-controller-manager",
+            module="github.com/kubeflow/trainer/v2",
+            tier="extra",
+            module_files=TRAINER_CRDS,
+            main_module=True,
+        ),
     )
 }
-
-

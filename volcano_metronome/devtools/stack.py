@@ -41,7 +41,7 @@ from typing import Any, Callable, Iterable, Mapping
 import yaml
 
 from volcano_metronome.certs import pki
-from volcano_metronome.devtools import binaries, components, probes, recipes, registrations, sources, volcano
+from volcano_metronome.devtools import binaries, components, operators, probes, recipes, registrations, sources, volcano
 from volcano_metronome.devtools.apply import ApiClient, ApiError
 from volcano_metronome.devtools.controlplane import ControlPlane
 from volcano_metronome.devtools.processes import (
@@ -65,7 +65,7 @@ CONTROLLER_IDENTITY = "local-stack"
 # In start order; stopped in reverse. Volcano's webhooks come first: its controller-manager's Jobs
 # and PodGroups go through them.
 COMPONENTS = ("kube-controller-manager", "kube-scheduler", "kwok", "volcano-webhook", "volcano-controller-manager",
-              "volcano-scheduler", "webhook", "kueue", "controller")
+              "volcano-scheduler", "webhook", "jobset", "training-operator", "training-operator-kueue", "kueue", "controller")
 VOLCANO = ("volcano-webhook", "volcano-controller-manager", "volcano-scheduler")
 # The programs from the binary cache each component needs.
 PROGRAMS: Mapping[str, tuple[str, ...]] = {
@@ -76,6 +76,9 @@ PROGRAMS: Mapping[str, tuple[str, ...]] = {
     "volcano-controller-manager": ("volcano-controller-manager",),
     "volcano-scheduler": ("volcano-scheduler",),
     "webhook": ("helm",),  # renders the chart's webhook configuration
+    "jobset": ("jobset",),
+    "training-operator": ("training-operator",),  # PyTorchJobs of one namespace, gang-scheduled by Volcano
+    "training-operator-kueue": ("training-operator",),  # those of another, admitted by Kueue
     "kueue": ("kueue",),
     "controller": (),
 }
@@ -274,7 +277,11 @@ class Stack:
             if "volcano-controller-manager" in programs
             else sources.volcano_crd_files()
         )
-        crds = volcano_crds + kueue_crds + sources.our_crd_files()
+        # Kueue enables its JobSet integration only when the CRD is there when it starts.
+        operator_crds = [binaries.module_file("jobset", recipes.JOBSET_CRD)] if "jobset" in programs else []
+        if "training-operator" in programs or "training-operator-kueue" in programs:
+            operator_crds += [binaries.module_file("training-operator", recipes.PYTORCH_CRD)]
+        crds = volcano_crds + kueue_crds + operator_crds + sources.our_crd_files()
         progress(f"installing {len(crds)} CRDs ...")
         client.install_crds(crds)
         nodes = fake_nodes(self.layout)
@@ -303,6 +310,11 @@ class Stack:
             "volcano-controller-manager": self._start_volcano_controller_manager,
             "volcano-scheduler": self._start_volcano_scheduler,
             "webhook": self._start_webhook,
+            "jobset": self._start_jobset,
+            "training-operator": lambda c, p: self._start_training_operator(
+                c, p, "training-operator", operators.VOLCANO_TRAINING_NAMESPACE, "volcano"),
+            "training-operator-kueue": lambda c, p: self._start_training_operator(
+                c, p, "training-operator-kueue", operators.KUEUE_TRAINING_NAMESPACE, None),
             "kueue": self._start_kueue,
             "controller": self._start_controller,
         }
@@ -391,8 +403,12 @@ class Stack:
         health, webhook = free_ports(2)
         ca_pem = self._webhook_certs(work / "certs", "kueue-webhook-service")
         config = work / "config.yaml"
+        frameworks = components.KUEUE_FRAMEWORKS + tuple(framework for component, framework in (
+            ("jobset", operators.KUEUE_JOBSET_FRAMEWORK), ("training-operator-kueue", operators.KUEUE_PYTORCH_FRAMEWORK))
+            if component in self._processes)
         config.write_text(yaml.safe_dump(components.kueue_configuration(
-            namespace=KUEUE_NAMESPACE, health_port=health, webhook_port=webhook, cert_dir=work / "certs")))
+            namespace=KUEUE_NAMESPACE, health_port=health, webhook_port=webhook, cert_dir=work / "certs",
+            frameworks=frameworks)))
         overlay = work / "overlay"
         overlay.mkdir(parents=True, exist_ok=True)
         unshare = shutil.which("unshare")
@@ -409,6 +425,20 @@ class Stack:
         for configuration in registrations.kueue_webhooks(manifests, kustomization):
             client.apply(registrations.point_at_url(configuration, f"https://{LOOPBACK}:{webhook}", ca_pem))
         self._wait(name, lambda: probes.kueue_suspends_jobs(client), what="the API server calling Kueue's webhooks")
+
+    def _start_jobset(self, client: ApiClient, programs: Mapping[str, pathlib.Path]) -> None:
+        operators.start_jobset(client, programs["jobset"], self._operator_context("jobset"))
+
+    def _start_training_operator(self, client: ApiClient, programs: Mapping[str, pathlib.Path], name: str,
+                                 namespace: str, gang_scheduler: str | None) -> None:
+        operators.start_training_operator(client, programs["training-operator"], self._operator_context(name),
+                                          namespace=namespace, gang_scheduler=gang_scheduler)
+
+    def _operator_context(self, name: str) -> operators.Context:
+        return operators.Context(
+            work=self.directory / name, kubeconfig=self.kubeconfig_path,
+            spawn=lambda args, port, env: self._spawn(name, args, port=port, env=env),
+            wait=lambda ready: self._wait(name, ready), webhook_certs=self._webhook_certs)
 
     def _start_controller(self, client: ApiClient, programs: Mapping[str, pathlib.Path]) -> None:
         name = "controller"

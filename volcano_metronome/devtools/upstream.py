@@ -10,6 +10,8 @@ laid out like ``shared/upstream`` (``crds/<project>/*.yaml``, ``examples/<projec
 - **Kueue** (the ``sigs.k8s.io/kueue`` version ``tools/kueue/go.mod`` requires): its module's
   ``config/components/crd/bases``;
 - **scheduler-plugins** (:data:`SCHEDULER_PLUGINS`): its module, where the proxy serves it;
+- the training operators **JobSet**, Kubeflow's **training-operator**, **mpi-operator** and **Trainer**
+  (``tools/<project>/source.json``, the versions Kueue's go.mod selects): their modules' CRDs and samples;
 
 and, for a part none of those provides, from ``$METRONOME_UPSTREAM_DIR`` or ``../shared/upstream``
 beside the checkout. ``SOURCES.json`` in the gathered directory says where each file came from. The
@@ -30,11 +32,11 @@ from dataclasses import dataclass
 from typing import Callable, Iterable
 
 from volcano_metronome.core.errors import MetronomeError
-from volcano_metronome.devtools import binaries, gosource
+from volcano_metronome.devtools import binaries, gosource, recipes
 
 SCHEDULER_PLUGINS = ("sigs.k8s.io/scheduler-plugins", "v0.35.7")
 OVERRIDE_VARIABLE = "METRONOME_UPSTREAM_DIR"
-_FORMAT = "1"  # bump when the gathering changes in a way the pins do not show
+_FORMAT = "2"  # bump when the gathering changes in a way the pins do not show
 _COMPLETE = "SOURCES.json"
 _MISSING = "MISSING.json"  # example part -> where it was looked for (written before _COMPLETE)
 
@@ -48,7 +50,7 @@ class Part:
     """One directory of the gathered data and, per file, where it lies in its project's source."""
 
     name: str  # e.g. crds/volcano
-    project: str  # volcano | kueue | scheduler-plugins
+    project: str  # volcano | kueue | scheduler-plugins | jobset | training-operator | mpi-operator | trainer
     files: tuple[tuple[str, str], ...] = ()  # (file name here, path in the project's tree; "a|b": a or b)
     globs: tuple[str, ...] = ()  # every *.yaml under these directories of the project's tree
 
@@ -83,6 +85,25 @@ _KUEUE_EXAMPLES = (
     ("kueueviz-03-agi-job.yaml", "cmd/kueueviz/examples/03-agi-job.yaml"),
     ("kueueviz-07-workload-priority-classes.yaml", "cmd/kueueviz/examples/07-workload-priority-classes.yaml"),
 )
+# The training operators, at the versions tools/<project>/source.json pins (those Kueue's go.mod selects).
+OPERATORS = ("jobset", "training-operator", "mpi-operator", "trainer")
+_OPERATOR_PARTS = (
+    Part("crds/jobset", "jobset", files=(("jobset.x-k8s.io_jobsets.yaml", recipes.JOBSET_CRD),)),
+    Part("crds/training-operator", "training-operator",
+         files=tuple((path.rsplit("/", 1)[-1], path) for path in recipes.TRAINING_OPERATOR_CRDS)),
+    Part("crds/mpi-operator", "mpi-operator", files=(("kubeflow.org_mpijobs.yaml", recipes.MPI_CRD),)),
+    Part("crds/trainer", "trainer", files=tuple((path.rsplit("/", 1)[-1], path) for path in recipes.TRAINER_CRDS)),
+    # JobSet's module ships no example beyond an empty sample; Trainer's runtimes carry real JobSet templates.
+    Part("examples/trainer", "trainer", files=(
+        ("torch-distributed.yaml", "manifests/base/runtimes/torch_distributed.yaml"),
+        ("deepspeed-distributed.yaml", "manifests/base/runtimes/deepspeed_distributed.yaml"),
+    )),
+    Part("examples/training-operator", "training-operator", files=(
+        ("pytorch-simple.yaml", "examples/pytorch/simple.yaml"),
+        ("pytorch-cpu-demo.yaml", "examples/pytorch/cpu-demo/demo.yaml"),
+    )),
+    Part("examples/mpi-operator", "mpi-operator", files=(("pi.yaml", "examples/v2beta1/pi/pi.yaml"),)),
+)
 PARTS = (
     Part("crds/volcano", "volcano", globs=("config/crd/volcano/bases", "config/crd/jobflow/bases")),
     Part("crds/kueue", "kueue", globs=("config/components/crd/bases",)),
@@ -97,6 +118,7 @@ PARTS = (
         ("appGroup-example.yaml", "manifests/appgroup/appGroup-example.yaml"),
         ("networkTopology-example.yaml", "manifests/networktopology/networkTopology-example.yaml"),
     )),
+    *_OPERATOR_PARTS,
 )
 
 
@@ -115,8 +137,9 @@ def pins(tools: pathlib.Path) -> dict[str, tuple[str, str]]:
     """``project -> (module, version)`` of every project the data comes from."""
     volcano = gosource.Pin.read(tools / "volcano" / gosource.PIN_FILE)
     kueue_version = binaries.module_version((tools / "kueue" / "go.mod").read_text(), "sigs.k8s.io/kueue")
+    operators = {project: gosource.Pin.read(tools / project / gosource.PIN_FILE) for project in OPERATORS}
     return {"volcano": (volcano.module, volcano.version), "kueue": ("sigs.k8s.io/kueue", kueue_version),
-            "scheduler-plugins": SCHEDULER_PLUGINS}
+            "scheduler-plugins": SCHEDULER_PLUGINS, **{p: (pin.module, pin.version) for p, pin in operators.items()}}
 
 
 def gather(
