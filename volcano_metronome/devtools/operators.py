@@ -13,7 +13,7 @@ import os
 import pathlib
 import re
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Callable, Mapping
 
 import yaml
 
@@ -21,8 +21,8 @@ from volcano_metronome.devtools import binaries, probes, recipes
 from volcano_metronome.devtools.apply import ApiClient
 from volcano_metronome.devtools.controlplane import LOOPBACK, free_ports
 from volcano_metronome.devtools.registrations import RegistrationError, point_at_url
-
 from volcano_metronome.shapes import JSON
+
 JOBSET_NAME_PREFIX = "jobset-"  # as its kustomize installation names its webhook configurations
 # The Kueue integration the JobSet controller adds (Kueue needs the JobSet CRD installed when it starts).
 KUEUE_JOBSET_FRAMEWORK = "jobset.x-k8s.io/jobset"
