@@ -25,6 +25,7 @@ from volcano_metronome.controller import reconcile
 from volcano_metronome.controller.cache import Overlay, Store, View
 from volcano_metronome.controller.leader import LeaderElector, LeaseConfig
 from volcano_metronome.controller.metrics import HealthServer, Metrics
+from volcano_metronome.controller.objects import JSON
 from volcano_metronome.controller.observe import Inputs, World, observe
 from volcano_metronome.controller.reconcile import Plan
 from volcano_metronome.controller.settings import Settings
@@ -66,6 +67,16 @@ SOURCES: tuple[Source, ...] = (
 )
 
 
+@dataclass(frozen=True)
+class Thought:
+    """What one cycle saw, decided and plans to write (``decide_s``: time spent in the core)."""
+
+    world: World
+    decided: reconcile.Decided
+    plan: Plan
+    decide_s: float
+
+
 def default_identity() -> str:
     """``hostname_<random>``, as client-go does: unique per process."""
     return f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}"
@@ -98,6 +109,13 @@ class Controller:
         """Something changed: run a cycle soon."""
         self.dirty.set()
 
+    def watcher(self, source: str) -> Callable[[str, JSON], None]:
+        """The ``on_change`` callback of the informer of ``source`` (a store name of :data:`SOURCES`)."""
+        def on_change(kind: str, obj: JSON) -> None:
+            self.dirty.set()
+
+        return on_change
+
     def inputs(self) -> Inputs:
         """What the stores (and our own recent writes) hold now."""
         v = self.view
@@ -111,13 +129,24 @@ class Controller:
     def cycle(self) -> tuple[Plan, Outcome]:
         """One cycle: observe, decide, plan, write."""
         started = self.monotonic()
+        thought = self.think()
+        plan = thought.plan
+        outcome = self.writer.apply(plan) if plan.writes else Outcome()
+        self._remember_reports(plan, outcome)
+        self._record(thought.world, plan, outcome, thought.decided.results, thought.decide_s,
+                     self.monotonic() - started)
+        return plan, outcome
+
+    def think(self) -> Thought:
+        """A cycle up to its plan of writes (observe, decide, maybe re-optimise, plan); writes nothing."""
+        started = self.monotonic()
         now = self.clock()
         world = observe(self.inputs(), self.settings)
         self.last_world = world
         for warning in world.warnings:
             log.warning("%s", warning)
         t0 = self.monotonic()
-        decided = reconcile.decide(world, self.settings, now)
+        decided = reconcile.decide(world, self.settings, now, self.monotonic)
         decide_s = self.monotonic() - t0
         for warning in decided.warnings:
             log.warning("%s", warning)
@@ -125,10 +154,7 @@ class Controller:
         reoptimised = (reconcile.reoptimise_running(world, self.settings, due, decided) if due
                        else reconcile.Reoptimised())
         plan = reconcile.plan(world, decided, self.settings, now, reoptimised, self._reported)
-        outcome = self.writer.apply(plan) if plan.writes else Outcome()
-        self._remember_reports(plan, outcome)
-        self._record(world, plan, outcome, decided.results, decide_s, self.monotonic() - started)
-        return plan, outcome
+        return Thought(world, decided, plan, decide_s)
 
     def _remember_reports(self, plan: Plan, outcome: Outcome) -> None:
         failed = set(outcome.failed)
@@ -269,7 +295,7 @@ def serve(k: kube.Kube, settings: Settings, options: ServeOptions, stop: threadi
         scoped = src.resource.namespaced and src.name != BOUND_PODS
         informers[src.name] = kube.Informer(k, src.resource, settings.watch_namespace or None if scoped else None,
                                             label_selector=selector,
-                                            field_selector=src.field_selector, on_change=controller.notify,
+                                            field_selector=src.field_selector, on_change=controller.watcher(src.name),
                                             timeout_seconds=settings.watch_timeout_s)
     synced = threading.Event()
 

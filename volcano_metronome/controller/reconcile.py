@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 import numpy as np
@@ -48,176 +47,30 @@ from volcano_metronome import api
 from volcano_metronome.controller import objects, ranks, vanished
 from volcano_metronome.controller.constraints import assign
 from volcano_metronome.controller.objects import JSON
-from volcano_metronome.controller.observe import (GANG_API_VERSIONS, RELEASED, ClaimView, GangView, PodView,
+from volcano_metronome.controller.views import (GANG_API_VERSIONS, RELEASED, ClaimView, GangView, PodView,
                                                   World)
 from volcano_metronome.controller.policy import QueuePolicyView
 from volcano_metronome.controller.settings import Settings
-from volcano_metronome.core.cycle import commit
 from volcano_metronome.core.decision import Decision, NoFit
-from volcano_metronome.core.decision import decide as core_decide
 from volcano_metronome.core.errors import InvalidInput
-from volcano_metronome.core.grid import lay_out
-from volcano_metronome.core.model import Gang, Policy
-from volcano_metronome.core.ordering import order
 from volcano_metronome.core.placement import member_room
-from volcano_metronome.core.reoptimize import Move, reoptimise
-from volcano_metronome.core.snapshot import Snapshot
+from volcano_metronome.core.reoptimize import Move
 from volcano_metronome.core.topology import Topology
+from volcano_metronome.controller.deciding import (UNDECIDABLE, UNDECIDABLE_PREFIX, Decided, Reoptimised, core_policy,
+                                                   decide, no_fit_category, reoptimise_running, snapshot)
+from volcano_metronome.controller.writes import (LOCKED, REDECIDING, UNLOCKED, ClaimStatus, CreateClaim, DeleteClaim,
+                                                 DeletePod, Event, GangWrites, Plan, PodPatch, StatusPatch, Write,
+                                                 WorkloadCheck)
+
+__all__ = ["UNDECIDABLE", "UNDECIDABLE_PREFIX", "Decided", "Reoptimised", "core_policy", "decide", "no_fit_category",
+           "reoptimise_running", "snapshot", "LOCKED", "REDECIDING", "UNLOCKED", "ClaimStatus", "CreateClaim",
+           "DeleteClaim", "DeletePod", "Event", "GangWrites", "Plan", "PodPatch", "StatusPatch", "Write",
+           "WorkloadCheck", "plan", "drift_message", "timing_annotations", "epoch_step_ms", "epoch_at_or_before",
+           "epoch_at_or_after"]
 
 PLACED, NOFIT, RECONFIGURED = "Placed", "NoFit", "Reconfigured"
-LOCKED, UNLOCKED, REDECIDING = "Locked", "Unlocked", vanished.REDECIDING
 DRIFTED, OUTSIDE_NODE_SET, AS_DECIDED = "Drifted", "BoundOutsideNodeSet", "AsDecided"
 PER_POD, CACHE_RISK, SHARED_PER_ROLE = "PerPodConstraints", "VolcanoPredicateErrorCache", "SharedPerRole"
-# A gang the core could not decide (its input is one no decision exists for, or the core failed on it):
-# reported like a no-fit (claim condition, Event, metric) under its own category; other gangs go on.
-UNDECIDABLE, UNDECIDABLE_PREFIX = "Undecidable", "cannot be decided: "
-
-
-# --------------------------------------------------------------------------------------------- writes
-@dataclass(frozen=True)
-class CreateClaim:
-    """Create an STBandwidthClaim (AlreadyExists is fine: someone, maybe we, made it)."""
-
-    namespace: str
-    name: str
-    body: JSON
-
-
-@dataclass(frozen=True)
-class ClaimStatus:
-    """Merge-patch a claim's status, conditional on ``resource_version`` (None: the one just created)."""
-
-    namespace: str
-    name: str
-    resource_version: str | None
-    status: JSON
-
-
-@dataclass(frozen=True)
-class DeleteClaim:
-    """Delete a claim the controller created, once its gang is gone."""
-
-    namespace: str
-    name: str
-    resource_version: str
-
-
-@dataclass(frozen=True)
-class PodPatch:
-    """Merge-patch one pod, conditional on its resourceVersion."""
-
-    namespace: str
-    name: str
-    resource_version: str
-    patch: JSON
-    ungates: bool
-
-
-@dataclass(frozen=True)
-class DeletePod:
-    """Delete a pod stranded on a vanished node (``controller.vanished``), conditional on its uid and
-    resourceVersion: a pod bound or changed since it was read is left alone."""
-
-    namespace: str
-    name: str
-    uid: str
-    resource_version: str
-
-
-@dataclass(frozen=True)
-class WorkloadCheck:
-    """Set the whole ``status.admissionChecks`` list of a Workload (ours changed), conditionally."""
-
-    namespace: str
-    name: str
-    resource_version: str
-    entries: tuple[JSON, ...]
-    state: str
-
-
-@dataclass(frozen=True)
-class StatusPatch:
-    """Merge-patch the status of a cluster-scoped object (AdmissionCheck, QueuePolicy)."""
-
-    kind: str  # "AdmissionCheck" or "QueuePolicy"
-    name: str
-    status: JSON
-
-
-@dataclass(frozen=True)
-class Event:
-    """An Event about ``regarding`` (an object reference)."""
-
-    regarding: JSON
-    reason: str
-    note: str
-    type: str = "Normal"
-
-
-Write = CreateClaim | ClaimStatus | DeleteClaim | PodPatch | DeletePod | WorkloadCheck | StatusPatch | Event
-
-
-@dataclass(frozen=True)
-class GangWrites:
-    """One gang's writes, in order: ``claim`` one by one, then ``pods`` (in any order), then ``after``.
-
-    ``requires`` names other gangs of the plan whose claim writes must succeed first (a deciding gang
-    waits for the locks its decision takes); when they fail, this gang waits a cycle.
-    ``vanished`` names nodes the writer must find gone from the API server before it writes anything
-    of this gang (a gang re-decided because they vanished).
-    """
-
-    gang: str
-    claim: tuple[CreateClaim | ClaimStatus | DeleteClaim, ...] = ()
-    pods: tuple[PodPatch | DeletePod, ...] = ()
-    after: tuple[WorkloadCheck | Event, ...] = ()
-    placed: bool = False  # this plan records a new decision for the gang
-    requires: tuple[str, ...] = ()
-    transition: str = ""  # LOCKED, UNLOCKED or REDECIDING when this plan locks, unlocks or releases a gang
-    vanished: tuple[str, ...] = ()
-
-    def __bool__(self) -> bool:
-        return bool(self.claim or self.pods or self.after)
-
-
-@dataclass(frozen=True)
-class Plan:
-    """Everything one cycle writes, and what it decided (for metrics and logs)."""
-
-    gangs: tuple[GangWrites, ...] = ()
-    other: tuple[StatusPatch, ...] = ()
-    decisions: tuple[Decision | NoFit, ...] = ()
-    moves: tuple[Move, ...] = ()
-    pending: int = 0
-    placed: int = 0
-    drifted: int = 0  # placed gangs with pods bound outside their node set
-
-    @property
-    def writes(self) -> int:
-        """Number of API writes in the plan."""
-        return sum(len(g.claim) + len(g.pods) + len(g.after) for g in self.gangs) + len(self.other)
-
-
-@dataclass(frozen=True)
-class Decided:
-    """The core's answers for this cycle's pending gangs, by gang uid.
-
-    ``locks`` maps each unlocked gang that must align from now on to the uid of the gang whose
-    decision locks it; ``relocations`` the new offsets (ms) the core gave some of them with the lock.
-    """
-
-    results: Mapping[str, Decision | NoFit] = field(default_factory=dict)
-    warnings: tuple[str, ...] = ()
-    locks: Mapping[str, str] = field(default_factory=dict)
-    relocations: Mapping[str, float] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class Reoptimised:
-    """What a re-optimisation pass changes: offset moves, and gangs that may run free again."""
-
-    moves: tuple[Move, ...] = ()
-    unlocks: tuple[str, ...] = ()
 
 
 # -------------------------------------------------------------------------------------------- epochs
@@ -240,124 +93,6 @@ def epoch_at_or_after(t_ms: float, settings: Settings) -> int:
     """The first lattice epoch not before ``t_ms``."""
     step = epoch_step_ms(settings)
     return int(math.ceil(t_ms / step)) * step
-
-
-# ------------------------------------------------------------------------------------------- deciding
-def snapshot(world: World, settings: Settings) -> tuple[Snapshot, list[str]]:
-    """A core snapshot of the world; running gangs that no longer fit the grid are skipped with a warning."""
-    grid = settings.grid
-    snap = Snapshot(world.topology, grid, np.array(world.free_gpus, dtype=np.int64))
-    warnings: list[str] = []
-    for r in world.running():
-        try:
-            nodes = world.topology.nodes_of(r.nodes)
-            offset = int(round(r.offset_ms / grid.slot_ms))
-            snap.assume(r.gang, nodes, np.array(r.members), offset, lay_out(r.gang.profile, grid), hold_gpus=False,
-                        locked=r.locked)
-        except InvalidInput as exc:
-            warnings.append(f"running gang {r.gang.name}: {exc}; its traffic is not accounted for")
-    return snap, warnings
-
-
-def core_policy(world: World, name: str, settings: Settings) -> Policy:
-    """The core policy of QueuePolicy ``name`` (the built-in default for "")."""
-    for p in world.policies:
-        if p.name == name and not p.error:
-            return p.policy
-    return Policy(grid=settings.grid)
-
-
-def decide(world: World, settings: Settings, now_s: float) -> Decided:
-    """Run the core over every pending gang, policy by policy (by name), on one shared snapshot."""
-    snap, warnings = snapshot(world, settings)
-    pending = [g for g in world.gangs if g.pending]
-    results: dict[str, Decision | NoFit] = {}
-    for name in sorted({g.policy for g in pending}):
-        group = [g for g in pending if g.policy == name]
-        gangs = []
-        for g in group:
-            try:
-                gang = g.core_gang()
-                lay_out(gang.profile, snap.grid)  # a profile the grid cannot hold fails here, alone
-                gangs.append(gang)
-            except InvalidInput as exc:
-                results[g.uid] = NoFit(g.uid, f"{UNDECIDABLE_PREFIX}{exc}")
-        pol = core_policy(world, name, settings)
-        for gang in order(gangs, pol, now_s):
-            results[gang.uid] = _decide_one(snap, gang, pol)
-    locks, relocations = _locks(results, snap.grid.slot_ms)
-    return Decided(results, tuple(warnings), locks, relocations)
-
-
-def _decide_one(snap: Snapshot, gang: Gang, pol: Policy) -> Decision | NoFit:
-    """``core.cycle.schedule`` for one gang, isolated: whatever the core raises for this gang is this
-    gang's no-fit, never the cycle's failure (every other gang is still decided)."""
-    try:
-        result = core_decide(snap, gang, pol)
-    except Exception as exc:  # noqa: BLE001 - one gang's bad input or a core bug must not stop the others
-        return NoFit(gang.uid, f"{UNDECIDABLE_PREFIX}{type(exc).__name__}: {exc}")
-    if isinstance(result, Decision):
-        try:
-            commit(snap, gang, result)
-        except Exception as exc:  # noqa: BLE001 - as above; assume() checks before it changes the snapshot
-            return NoFit(gang.uid, f"{UNDECIDABLE_PREFIX}{type(exc).__name__}: {exc}")
-    return result
-
-
-def _locks(results: Mapping[str, Decision | NoFit], slot_ms: float) -> tuple[dict[str, str], dict[str, float]]:
-    """The running gangs this cycle's decisions lock (to the uid of the deciding gang), and the new
-    offsets (ms) of those the core relocated with the lock.
-
-    Only the core's decisions lock: it leaves a gang free on a contended link on purpose when locking
-    would cost more padding than the collisions it saves, so the controller must not lock it anyway.
-    """
-    locks: dict[str, str] = {}
-    relocations: dict[str, float] = {}
-    for result in results.values():
-        if isinstance(result, Decision):
-            for uid in result.locks:
-                locks.setdefault(uid, result.uid)
-            for uid, offset_slots in result.relocations:
-                relocations.setdefault(uid, offset_slots * slot_ms)
-    return locks, relocations
-
-
-def reoptimise_running(world: World, settings: Settings, due: Sequence[str],
-                       decided: Decided = Decided()) -> Reoptimised:
-    """Offset moves for the running gangs of the policies in ``due`` (bounded per policy, priority first),
-    and those of their gangs left with no contended link (policies with lock on demand only).
-
-    This cycle's decisions and locks are assumed first and never moved: the pass sees the links as
-    they will be once this cycle's writes land.
-    """
-    snap, _ = snapshot(world, settings)
-    gangs = {g.uid: g for g in world.gangs}
-    fresh: set[str] = set()
-    for uid, decision in sorted(decided.results.items()):
-        gang = gangs.get(uid)
-        if isinstance(decision, Decision) and gang is not None and gang.profile is not None and uid not in snap.placed:
-            try:
-                commit(snap, gang.core_gang(), decision)
-            except InvalidInput:
-                continue  # decide() assumed it on its own snapshot; nothing new can fail here
-            fresh.add(uid)
-    for uid in decided.locks:
-        if uid in snap.placed:
-            snap.lock(uid)
-    owner = {g.uid: g.policy for g in world.gangs if g.placed and not g.finished}
-    moves: list[Move] = []
-    unlocks: list[str] = []
-    for name in sorted(due):
-        view = next((p for p in world.policies if p.name == name), None)
-        max_moves = view.reoptimization.max_moves if view is not None else 4
-        frozen = frozenset(uid for uid in snap.placed
-                           if owner.get(uid) != name or uid in fresh or uid in decided.relocations)
-        pol = core_policy(world, name, settings)
-        result = reoptimise(snap, pol, max_moves=max_moves, frozen=frozen)
-        moves.extend(result.moves)
-        if pol.lock_on_demand:
-            unlocks.extend(uid for uid in snap.unlockable() if uid not in frozen)
-    return Reoptimised(tuple(moves), tuple(unlocks))
 
 
 # ------------------------------------------------------------------------------------------- planning
@@ -667,20 +402,6 @@ def _no_fit(gang: GangView, reason: str, world: World, now_s: float, reported: M
         if gang.check.state != state or gang.check.message != reason:
             after.insert(0, _check(gang, state, reason, now_s))
     return GangWrites(str(gang.key), tuple(claim_writes), (), tuple(after))
-
-
-def no_fit_category(reason: str) -> str:
-    """A short, bounded label for a no-fit reason (metrics and condition reasons)."""
-    text = reason.lower()
-    if reason.startswith(UNDECIDABLE_PREFIX):
-        return UNDECIDABLE
-    if text.startswith("insufficient gpus"):
-        return "InsufficientGPUs"
-    if text.startswith("priority protection"):
-        return "PriorityProtection"
-    if "profile" in text:
-        return "NoProfile"
-    return "Other"
 
 
 def _never_fits(gang: GangView, world: World) -> bool:
