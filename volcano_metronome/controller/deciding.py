@@ -44,6 +44,8 @@ class Decided:
     locks: Mapping[str, str] = field(default_factory=dict)
     relocations: Mapping[str, float] = field(default_factory=dict)
     seconds: Mapping[str, float] = field(default_factory=dict)  # how long each gang's decision took (with a clock)
+    # The snapshot the decisions were assumed into, for the re-optimisation pass of the same cycle.
+    snapshot: Snapshot | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True)
@@ -79,9 +81,14 @@ def core_policy(world: World, name: str, settings: Settings) -> Policy:
     return Policy(grid=settings.grid)
 
 
-def decide(world: World, settings: Settings, now_s: float, clock: Callable[[], float] | None = None) -> Decided:
-    """Run the core over every pending gang, policy by policy (by name), on one shared snapshot."""
-    snap, warnings = snapshot(world, settings)
+def decide(world: World, settings: Settings, now_s: float, clock: Callable[[], float] | None = None,
+           base: tuple[Snapshot, list[str]] | None = None) -> Decided:
+    """Run the core over every pending gang, policy by policy (by name), on one shared snapshot.
+
+    ``base``: the running gangs' snapshot when the caller keeps one (``controller.loads``); it is
+    changed in place. ``clock`` times each decision (``Decided.seconds``).
+    """
+    snap, warnings = base if base is not None else snapshot(world, settings)
     pending = [g for g in world.gangs if g.pending]
     results: dict[str, Decision | NoFit] = {}
     seconds: dict[str, float] = {}
@@ -102,7 +109,7 @@ def decide(world: World, settings: Settings, now_s: float, clock: Callable[[], f
             if clock is not None:
                 seconds[gang.uid] = clock() - t0
     locks, relocations = _locks(results, snap.grid.slot_ms)
-    return Decided(results, tuple(warnings), locks, relocations, seconds)
+    return Decided(results, tuple(warnings), locks, relocations, seconds, snap)
 
 
 def _decide_one(snap: Snapshot, gang: Gang, pol: Policy) -> Decision | NoFit:
@@ -146,20 +153,11 @@ def reoptimise_running(world: World, settings: Settings, due: Sequence[str],
     This cycle's decisions and locks are assumed first and never moved: the pass sees the links as
     they will be once this cycle's writes land.
     """
-    snap, _ = snapshot(world, settings)
-    gangs = {g.uid: g for g in world.gangs}
-    fresh: set[str] = set()
-    for uid, decision in sorted(decided.results.items()):
-        gang = gangs.get(uid)
-        if isinstance(decision, Decision) and gang is not None and gang.profile is not None and uid not in snap.placed:
-            try:
-                commit(snap, gang.core_gang(), decision)
-            except InvalidInput:
-                continue  # decide() assumed it on its own snapshot; nothing new can fail here
-            fresh.add(uid)
-    for uid in decided.locks:
-        if uid in snap.placed:
-            snap.lock(uid)
+    if decided.snapshot is not None:  # this cycle's decisions and locks are in it already
+        snap = decided.snapshot
+        fresh = {uid for uid, d in decided.results.items() if isinstance(d, Decision) and uid in snap.placed}
+    else:
+        snap, fresh = _with_decisions(world, settings, decided)
     owner = {g.uid: g.policy for g in world.gangs if g.placed and not g.finished}
     moves: list[Move] = []
     unlocks: list[str] = []
@@ -188,3 +186,22 @@ def no_fit_category(reason: str) -> str:
     if "profile" in text:
         return "NoProfile"
     return "Other"
+
+
+def _with_decisions(world: World, settings: Settings, decided: Decided) -> tuple[Snapshot, set[str]]:
+    """A snapshot of ``world`` with ``decided``'s decisions and locks assumed (for a Decided without one)."""
+    snap, _ = snapshot(world, settings)
+    gangs = {g.uid: g for g in world.gangs}
+    fresh: set[str] = set()
+    for uid, decision in sorted(decided.results.items()):
+        gang = gangs.get(uid)
+        if isinstance(decision, Decision) and gang is not None and gang.profile is not None and uid not in snap.placed:
+            try:
+                commit(snap, gang.core_gang(), decision)
+            except InvalidInput:
+                continue  # decide() assumed it on its own snapshot; nothing new can fail here
+            fresh.add(uid)
+    for uid in decided.locks:
+        if uid in snap.placed:
+            snap.lock(uid)
+    return snap, fresh

@@ -99,7 +99,7 @@ def claim_name_for(key: GangKey) -> str:
     return f"{base[:242]}-{digest}"
 
 
-def _find_claim(key: GangKey, obj: Mapping[str, Any] | None, claims: Mapping[tuple[str, str], ClaimView],
+def find_claim(key: GangKey, obj: Mapping[str, Any] | None, claims: Mapping[tuple[str, str], ClaimView],
                 by_ref: Mapping[GangKey, list[ClaimView]]) -> tuple[str, ClaimView | None]:
     refs = sorted(by_ref.get(key, ()), key=lambda c: (not c.placed, not c.ours, c.name))
     if refs:
@@ -121,7 +121,7 @@ def gang_view(key: GangKey, obj: JSON | None, pods: tuple[PodView, ...], claims:
               by_ref: Mapping[GangKey, list[ClaimView]], pols: Sequence[QueuePolicyView], our_checks: frozenset[str],
               cq_checks: Mapping[str, frozenset[str]], settings: Settings) -> GangView:
     """Everything a cycle needs to know about one gang."""
-    claim_name, claim = _find_claim(key, obj, claims, by_ref)
+    claim_name, claim = find_claim(key, obj, claims, by_ref)
     spec = (obj or {}).get("spec") or {}
     check = workload_check(obj, our_checks, cq_checks) if obj is not None and key.kind == WORKLOAD else None
     volcano_queue = str(spec.get("queue") or "default") if key.kind == PODGROUP and obj is not None else None

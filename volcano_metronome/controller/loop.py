@@ -26,7 +26,8 @@ from volcano_metronome.controller.cache import Overlay, Store, View
 from volcano_metronome.controller.leader import LeaderElector, LeaseConfig
 from volcano_metronome.controller.metrics import HealthServer, Metrics
 from volcano_metronome.controller.objects import JSON
-from volcano_metronome.controller.observe import Inputs, World, observe
+from volcano_metronome.controller.loads import RunningLoads
+from volcano_metronome.controller.observe import Inputs, Observer, World, observe
 from volcano_metronome.controller.reconcile import Plan
 from volcano_metronome.controller.settings import Settings
 from volcano_metronome.controller.writer import Api, Outcome, Writer
@@ -95,6 +96,9 @@ class Controller:
         self.clock = clock
         self.monotonic = monotonic
         self.overlay = Overlay()
+        self.observer = Observer(settings)  # views kept from cycle to cycle
+        self.loads = RunningLoads(settings)  # the running gangs' link loads, kept from cycle to cycle
+        self.quiet = reconcile.Quiet()  # placed gangs with nothing to write, skipped while unchanged
         self.view = View(stores, self.overlay)
         self.writer = Writer(api_, self.overlay, settings.write_concurrency, self.identity, after_write, may_write)
         self.dirty = threading.Event()
@@ -141,19 +145,20 @@ class Controller:
         """A cycle up to its plan of writes (observe, decide, maybe re-optimise, plan); writes nothing."""
         started = self.monotonic()
         now = self.clock()
-        world = observe(self.inputs(), self.settings)
+        world = observe(self.inputs(), self.settings, self.observer)
         self.last_world = world
         for warning in world.warnings:
             log.warning("%s", warning)
-        t0 = self.monotonic()
-        decided = reconcile.decide(world, self.settings, now, self.monotonic)
-        decide_s = self.monotonic() - t0
-        for warning in decided.warnings:
-            log.warning("%s", warning)
-        due = self._reopt_due(world, started)
-        reoptimised = (reconcile.reoptimise_running(world, self.settings, due, decided) if due
-                       else reconcile.Reoptimised())
-        plan = reconcile.plan(world, decided, self.settings, now, reoptimised, self._reported)
+        with self.loads.snapshot(world) as base:  # the running gangs' loads; this cycle's changes rolled back
+            t0 = self.monotonic()
+            decided = reconcile.decide(world, self.settings, now, self.monotonic, base)
+            decide_s = self.monotonic() - t0
+            for warning in decided.warnings:
+                log.warning("%s", warning)
+            due = self._reopt_due(world, started)
+            reoptimised = (reconcile.reoptimise_running(world, self.settings, due, decided) if due
+                           else reconcile.Reoptimised())
+        plan = reconcile.plan(world, decided, self.settings, now, reoptimised, self._reported, self.quiet)
         return Thought(world, decided, plan, decide_s)
 
     def _remember_reports(self, plan: Plan, outcome: Outcome) -> None:

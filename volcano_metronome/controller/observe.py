@@ -17,16 +17,17 @@
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from volcano_metronome import api
 from volcano_metronome.controller import eligibility, objects, policy as policies, ranks as ranking, \
     topology as network, vanished
 from volcano_metronome.controller.objects import JSON
+from volcano_metronome.controller.policy import QueuePolicyView
 from volcano_metronome.controller.settings import Settings
 from volcano_metronome.core.errors import InvalidInput
-from volcano_metronome.controller.gangs import (claim_name_for, cluster_queue_checks, gang_key_of_pod, gang_view,
-                                                member_specs, workload_check)
+from volcano_metronome.controller.gangs import (claim_name_for, cluster_queue_checks, find_claim, gang_key_of_pod,
+                                                gang_view, member_specs, workload_check)
 from volcano_metronome.controller.views import (DEFAULT_SCHEDULER, GANG_API_VERSIONS, GANG_KINDS, JOB, PODGROUP,
                                                 RELEASED, WORKLOAD, AdmissionCheckState, ClaimView, GangKey, GangView,
                                                 Inputs, PodView, World)
@@ -38,84 +39,250 @@ __all__ = ["DEFAULT_SCHEDULER", "GANG_API_VERSIONS", "GANG_KINDS", "JOB", "PODGR
 
 
 # ------------------------------------------------------------------------------------------- building
-def observe(inputs: Inputs, settings: Settings) -> World:
-    """The world as the objects describe it."""
-    warnings: list[str] = []
-    net = network.build(inputs.nodes, inputs.capacities, inputs.hypernodes, settings.default_capacities,
-                        settings.rack_label, settings.zone_label)
-    warnings += net.warnings
-    grid = settings.grid
-    nic = settings.default_capacities.nic_gbps
-    pols = tuple(policies.parse(p, grid, nic) for p in inputs.queue_policies)
-    warnings += [p.error for p in pols if p.error]
-    claims = {}
-    for obj in inputs.claims:
-        view = claim_view(obj)
-        claims[view.key] = view
-    by_ref: dict[GangKey, list[ClaimView]] = {}
-    for c in claims.values():
-        if c.gang_ref is not None:
-            by_ref.setdefault(c.gang_ref, []).append(c)
-    our_checks = frozenset(objects.name(ac) for ac in inputs.admission_checks
-                           if (ac.get("spec") or {}).get("controllerName") == api.ADMISSION_CHECK_CONTROLLER)
-    cq_checks = {objects.name(cq): cluster_queue_checks(cq) for cq in inputs.cluster_queues}
-    workloads = {(objects.namespace(w), objects.name(w)): w for w in inputs.workloads}
-    owned_by_job: dict[tuple[str, str], str] = {}
-    for (ns, wname), wl in workloads.items():
-        for ref in objects.meta(wl).get("ownerReferences") or []:
-            if ref.get("kind") == JOB:
-                owned_by_job[(ns, str(ref.get("name")))] = wname
-    podgroups = {(objects.namespace(p), objects.name(p)): p for p in inputs.podgroups}
+def observe(inputs: Inputs, settings: Settings, observer: Observer | None = None) -> World:
+    """The world as the objects describe it: built by ``observer`` (which keeps what it derived for the next
+    cycle), else from scratch (a fresh :class:`Observer`'s first world: the same code path)."""
+    return (observer or Observer(settings)).world(inputs)
 
-    hostnames = {objects.name(n): str(objects.labels(n)[objects.HOSTNAME_LABEL]) for n in inputs.nodes
-                 if objects.labels(n).get(objects.HOSTNAME_LABEL)}
-    by_hostname = {h: n for n, h in hostnames.items()}
-    live = frozenset(objects.name(n) for n in inputs.nodes)
-    pods_by_gang: dict[GangKey, list[PodView]] = {}
-    for pod in inputs.pods:
-        key = gang_key_of_pod(pod, owned_by_job)
-        if key is None or objects.pod_terminal(pod):
+
+_Key = tuple[str, str]
+
+
+class Observer:
+    """Builds each cycle's World and keeps what it derived for the next one.
+
+    An object whose resourceVersion is unchanged is not parsed again (pods, claims, nodes); a gang none
+    of whose inputs changed (its object, its pods, its claim, the policies and checks, the node names
+    and hostnames) keeps its view; the network is rebuilt only when node labels, capacities or
+    HyperNodes change. Objects without a resourceVersion are always read afresh. Only the pending
+    gangs' eligible nodes are worked out every cycle (node taints and labels may change under them).
+    """
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self._net_sig: tuple[object, ...] | None = None
+        self._net: network.Network | None = None
+        self._hostnames: dict[str, str] = {}
+        self._by_hostname: dict[str, str] = {}
+        self._live: frozenset[str] = frozenset()
+        self._generation = 0  # bumped when hostnames or the node names change: pod and gang views depend on them
+        self._labels: dict[str, tuple[str, tuple[tuple[str, str], ...]]] = {}
+        self._nodes: dict[str, tuple[str, int, bool]] = {}  # name -> (rv, allocatable GPUs, usable)
+        # -> (rv, generation, its gang by its annotations (None: terminal or no gang's), view)
+        self._pods: dict[_Key, tuple[str, int, GangKey | None, PodView | None]] = {}
+        self._usage: dict[_Key, tuple[str, str | None, int]] = {}  # -> (rv, node when bound and live, GPUs)
+        self._claims: dict[_Key, tuple[str, ClaimView]] = {}
+        self._gangs: dict[GangKey, tuple[tuple[object, ...], GangView]] = {}
+        self._pols: tuple[tuple[str, ...], tuple[QueuePolicyView, ...]] | None = None
+        self._pols_generation = 0
+
+    def world(self, inputs: Inputs) -> World:
+        """The world the objects describe now."""
+        settings = self.settings
+        warnings: list[str] = []
+        net = self._network(inputs)
+        warnings += net.warnings
+        pols = self._policies(inputs.queue_policies)
+        warnings += [p.error for p in pols if p.error]
+        claims = {}
+        cached_claims: dict[_Key, tuple[str, ClaimView]] = {}
+        for obj in inputs.claims:
+            view = _reuse(self._claims, cached_claims, (objects.namespace(obj), objects.name(obj)),
+                          objects.resource_version(obj), lambda: claim_view(obj))
+            claims[view.key] = view
+        self._claims = cached_claims
+        by_ref: dict[GangKey, list[ClaimView]] = {}
+        for c in claims.values():
+            if c.gang_ref is not None:
+                by_ref.setdefault(c.gang_ref, []).append(c)
+        our_checks = frozenset(objects.name(ac) for ac in inputs.admission_checks
+                               if (ac.get("spec") or {}).get("controllerName") == api.ADMISSION_CHECK_CONTROLLER)
+        cq_checks = {objects.name(cq): cluster_queue_checks(cq) for cq in inputs.cluster_queues}
+        workloads = {(objects.namespace(w), objects.name(w)): w for w in inputs.workloads}
+        owned_by_job: dict[tuple[str, str], str] = {}
+        for (ns, wname), wl in workloads.items():
+            for ref in objects.meta(wl).get("ownerReferences") or []:
+                if ref.get("kind") == JOB:
+                    owned_by_job[(ns, str(ref.get("name")))] = wname
+        podgroups = {(objects.namespace(p), objects.name(p)): p for p in inputs.podgroups}
+
+        hostnames, live, generation = self._hostnames, self._live, self._generation
+        pods_by_gang: dict[GangKey, list[PodView]] = {}
+        cached_pods: dict[_Key, tuple[str, int, GangKey | None, PodView | None]] = {}
+        for pod in inputs.pods:
+            pk, rv = (objects.namespace(pod), objects.name(pod)), objects.resource_version(pod)
+            hit = self._pods.get(pk)
+            if hit is None or not rv or hit[0] != rv or hit[1] != generation:
+                raw = None if objects.pod_terminal(pod) else gang_key_of_pod(pod, {})  # Jobs' Workloads below
+                hit = (rv, generation, raw, pod_view(pod, settings.gpu_resource, self._by_hostname) if raw else None)
+            if rv:
+                cached_pods[pk] = hit
+            key, view = hit[2], hit[3]
+            if key is None or view is None:
+                continue
+            if key.kind == JOB and (key.namespace, key.name) in owned_by_job:
+                key = GangKey(key.namespace, WORKLOAD, owned_by_job[(key.namespace, key.name)])
+            pods_by_gang.setdefault(key, []).append(view)
+        self._pods = cached_pods
+
+        keys: set[GangKey] = set(pods_by_gang)
+        for (ns, wname), wl in workloads.items():
+            if workload_check(wl, our_checks, cq_checks) is not None:
+                keys.add(GangKey(ns, WORKLOAD, wname))
+        for ref in by_ref:  # placed gangs whose pods are gone still need their claims looked after
+            if ref.kind == PODGROUP and (ref.namespace, ref.name) in podgroups:
+                keys.add(ref)
+            if ref.kind == WORKLOAD and (ref.namespace, ref.name) in workloads:
+                keys.add(ref)
+
+        gangs: list[GangView] = []
+        memo: dict[str, frozenset[str] | None] = {}
+        flavors = {objects.name(f): f.get("spec") or {} for f in inputs.resource_flavors}
+        shared = (generation, self._pols_generation, our_checks, tuple(sorted(cq_checks.items())))
+        cached_gangs: dict[GangKey, tuple[tuple[object, ...], GangView]] = {}
+        for key in sorted(keys):
+            found: JSON | None = podgroups.get((key.namespace, key.name)) if key.kind == PODGROUP else (
+                workloads.get((key.namespace, key.name)) if key.kind == WORKLOAD else None)
+            pods = tuple(sorted(pods_by_gang.get(key, ()), key=lambda p: p.name))
+            claim_name, claim = find_claim(key, found, claims, by_ref)
+            found_rv = objects.resource_version(found) if found is not None else None
+            deps = (shared, found_rv, tuple((p.name, p.resource_version) for p in pods), claim_name,
+                    claim.resource_version if claim is not None else None)
+            hit = self._gangs.get(key)
+            if hit is not None and hit[0] == deps and found_rv != "" and all(p.resource_version for p in pods) and (
+                    claim is None or claim.resource_version):
+                gang = hit[1]
+            else:
+                gang = gang_view(key, found, pods, claims, by_ref, pols, our_checks, cq_checks, settings)
+                gang = replace(gang, hostnames=hostnames)
+                stuck = vanished.stranded(gang.pods, live)
+                if stuck and not gang.waiting_for:  # decided again once their owners have replaced them
+                    gang = replace(gang, waiting_for=f"{len(stuck)} pod(s) pinned to vanished nodes to be replaced")
+            cached_gangs[key] = (deps, gang)
+            if gang.pending:  # only a decision needs it; placed gangs keep the nodes they have
+                # Pods we already pinned (a gang decided again after a node vanished) carry our old decision's
+                # affinity, not constraints of their own: the gated ones speak for the gang.
+                waiting = tuple(p for p in gang.pods if p.gated) or gang.pods
+                gang = replace(gang, nodes=eligibility.eligible_nodes(
+                    inputs.nodes, member_specs(key, found, waiting, flavors), memo))
+            gangs.append(gang)
+        self._gangs = cached_gangs
+
+        claimed = {g.claim.key for g in gangs if g.claim is not None and not g.finished}
+        orphans = tuple(c for c in sorted(claims.values(), key=lambda c: c.key) if c.placed and c.key not in claimed)
+        allocatable, free = self._free_gpus(inputs, gangs, net.topology.nodes)
+        return World(net.topology, net.source, allocatable, free, tuple(gangs), orphans, claims, pols, our_checks,
+                     tuple(inputs.admission_checks), tuple(warnings))
+
+    def _network(self, inputs: Inputs) -> network.Network:
+        settings = self.settings
+        cached: dict[str, tuple[str, tuple[tuple[str, str], ...]]] = {}
+        nodes = []
+        for n in inputs.nodes:
+            name, rv = objects.name(n), objects.resource_version(n)
+            labels = _reuse(self._labels, cached, name, rv, lambda: tuple(sorted(objects.labels(n).items())))
+            nodes.append((name, labels))
+        self._labels = cached
+        extra = tuple(objects.resource_version(o) for o in (*inputs.capacities, *inputs.hypernodes))
+        sig: tuple[object, ...] | None = (tuple(nodes), extra)
+        if not all(extra) or not all(objects.resource_version(n) for n in inputs.nodes):
+            sig = None
+        if self._net is None or sig is None or sig != self._net_sig:
+            self._net = network.build(inputs.nodes, inputs.capacities, inputs.hypernodes,
+                                      settings.default_capacities, settings.rack_label, settings.zone_label)
+            self._net_sig = sig
+            hostnames = {name: str(dict(labels)[objects.HOSTNAME_LABEL]) for name, labels in nodes
+                         if dict(labels).get(objects.HOSTNAME_LABEL)}
+            live = frozenset(name for name, _ in nodes)
+            if hostnames != self._hostnames or live != self._live:
+                self._hostnames, self._live = hostnames, live
+                self._by_hostname = {h: n for n, h in hostnames.items()}
+                self._generation += 1
+        return self._net
+
+    def _policies(self, objs: Sequence[JSON]) -> tuple[QueuePolicyView, ...]:
+        sig = tuple(objects.resource_version(p) for p in objs)
+        if self._pols is None or self._pols[0] != sig or not all(sig):
+            grid, nic = self.settings.grid, self.settings.default_capacities.nic_gbps
+            self._pols = (sig, tuple(policies.parse(p, grid, nic) for p in objs))
+            self._pols_generation += 1
+        return self._pols[1]
+
+    def _free_gpus(self, inputs: Inputs, gangs: Sequence[GangView],
+                   names: Sequence[str]) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """:func:`free_gpus`, reading only the nodes and pods whose resourceVersion changed."""
+        resource = self.settings.gpu_resource
+        index = {n: i for i, n in enumerate(names)}
+        alloc = [0] * len(names)
+        usable = [True] * len(names)
+        cached_nodes: dict[str, tuple[str, int, bool]] = {}
+        for node_obj in inputs.nodes:
+            name = objects.name(node_obj)
+            i = index.get(name)
+            if i is None:
+                continue
+            hit = self._nodes.get(name)
+            rv = objects.resource_version(node_obj)
+            if hit is None or not rv or hit[0] != rv:
+                hit = (rv, *_node_gpus(node_obj, resource))
+            if rv:
+                cached_nodes[name] = hit
+            alloc[i], usable[i] = hit[1], hit[2]
+        self._nodes = cached_nodes
+        used = [0] * len(names)
+        seen: set[tuple[str, str]] = set()
+        cached: dict[_Key, tuple[str, str | None, int]] = {}
+        for pod in [*inputs.bound_pods, *inputs.pods]:
+            k = (objects.namespace(pod), objects.name(pod))
+            if k in seen:
+                continue
+            rv = objects.resource_version(pod)
+            hit = self._usage.get(k)
+            if hit is None or not rv or hit[0] != rv:
+                node = (pod.get("spec") or {}).get("nodeName")
+                bound = bool(node) and not objects.pod_terminal(pod)
+                hit = (rv, node if bound else None, objects.pod_gpus(pod, resource) if bound else 0)
+            if rv:
+                cached[k] = hit
+            if hit[1] is None or hit[1] not in index:
+                continue
+            seen.add(k)
+            used[index[hit[1]]] += hit[2]
+        self._usage = cached
+        _reserve(used, index, gangs)
+        free = tuple(max(0, a - u) if ok else 0 for a, u, ok in zip(alloc, used, usable))
+        return tuple(alloc), free
+
+
+def _reuse(cache: Mapping[Any, tuple[str, Any]], fresh: dict[Any, tuple[str, Any]], key: Any, rv: str,
+           build: Callable[[], Any]) -> Any:
+    """The value cached for ``key`` at resourceVersion ``rv``, else a new one (kept in ``fresh`` for next time)."""
+    hit = cache.get(key)
+    value = hit[1] if hit is not None and rv and hit[0] == rv else build()
+    if rv:
+        fresh[key] = (rv, value)
+    return value
+
+
+def _node_gpus(node_obj: Mapping[str, Any], resource: str) -> tuple[int, bool]:
+    alloc = int(objects.quantity(((node_obj.get("status") or {}).get("allocatable") or {}).get(resource, 0)))
+    ready = objects.condition(node_obj, "Ready")
+    return alloc, not (node_obj.get("spec") or {}).get("unschedulable") and (
+        ready is None or ready.get("status") == "True")
+
+
+def _reserve(used: list[int], index: Mapping[str, int], gangs: Sequence[GangView]) -> None:
+    """Add the GPUs placed gangs hold on their claims' nodes where their pods are not bound yet."""
+    for gang in gangs:
+        if not gang.placed or gang.finished or gang.claim is None:
             continue
-        pods_by_gang.setdefault(key, []).append(pod_view(pod, settings.gpu_resource, by_hostname))
-
-    keys: set[GangKey] = set(pods_by_gang)
-    for (ns, wname), wl in workloads.items():
-        if workload_check(wl, our_checks, cq_checks) is not None:
-            keys.add(GangKey(ns, WORKLOAD, wname))
-    for ref in by_ref:  # placed gangs whose pods are gone still need their claims looked after
-        if ref.kind == PODGROUP and (ref.namespace, ref.name) in podgroups:
-            keys.add(ref)
-        if ref.kind == WORKLOAD and (ref.namespace, ref.name) in workloads:
-            keys.add(ref)
-
-    gangs: list[GangView] = []
-    memo: dict[str, frozenset[str] | None] = {}
-    flavors = {objects.name(f): f.get("spec") or {} for f in inputs.resource_flavors}
-    for key in sorted(keys):
-        found: JSON | None = podgroups.get((key.namespace, key.name)) if key.kind == PODGROUP else (
-            workloads.get((key.namespace, key.name)) if key.kind == WORKLOAD else None)
-        gang = gang_view(key, found, tuple(sorted(pods_by_gang.get(key, ()), key=lambda p: p.name)), claims, by_ref,
-                         pols, our_checks, cq_checks, settings)
-        gang = replace(gang, hostnames=hostnames)
-        stuck = vanished.stranded(gang.pods, live)
-        if stuck and not gang.waiting_for:  # decided again once their owners have replaced them
-            gang = replace(gang, waiting_for=f"{len(stuck)} pod(s) pinned to vanished nodes to be replaced")
-        if gang.pending:  # only a decision needs it; placed gangs keep the nodes they have
-            # Pods we already pinned (a gang decided again after a node vanished) carry our old decision's
-            # affinity, not constraints of their own: the gated ones speak for the gang.
-            waiting = tuple(p for p in gang.pods if p.gated) or gang.pods
-            gang = replace(gang, nodes=eligibility.eligible_nodes(
-                inputs.nodes, member_specs(key, found, waiting, flavors), memo))
-        gangs.append(gang)
-
-    claimed = {g.claim.key for g in gangs if g.claim is not None and not g.finished}
-    orphans = tuple(c for c in sorted(claims.values(), key=lambda c: c.key) if c.placed and c.key not in claimed)
-
-    names = net.topology.nodes
-    allocatable, free = free_gpus(inputs.nodes, inputs.bound_pods, inputs.pods, gangs, orphans, names,
-                                  settings.gpu_resource)
-    return World(net.topology, net.source, allocatable, free, tuple(gangs), orphans, claims, pols, our_checks,
-                 tuple(inputs.admission_checks), tuple(warnings))
+        bound_here: dict[str, int] = {}
+        for p in gang.pods:
+            if p.node_name:
+                bound_here[p.node_name] = bound_here.get(p.node_name, 0) + p.gpus
+        for claimed, members in zip(gang.claim.nodes, gang.claim.members):
+            if claimed in index:
+                used[index[claimed]] += max(0, members * gang.gpus_per_member - bound_here.get(claimed, 0))
 
 
 def pod_view(pod: Mapping[str, Any], gpu_resource: str, by_hostname: Mapping[str, str] | None = None) -> PodView:
@@ -176,12 +343,8 @@ def free_gpus(nodes: Sequence[Mapping[str, Any]], bound_pods: Iterable[Mapping[s
     usable = [True] * len(names)
     for node_obj in nodes:
         i = index.get(objects.name(node_obj))
-        if i is None:
-            continue
-        alloc[i] = int(objects.quantity(((node_obj.get("status") or {}).get("allocatable") or {}).get(resource, 0)))
-        ready = objects.condition(node_obj, "Ready")
-        usable[i] = not (node_obj.get("spec") or {}).get("unschedulable") and (
-            ready is None or ready.get("status") == "True")
+        if i is not None:
+            alloc[i], usable[i] = _node_gpus(node_obj, resource)
     used = [0] * len(names)
     seen: set[tuple[str, str]] = set()
     for pod in [*bound_pods, *managed_pods]:
@@ -191,15 +354,6 @@ def free_gpus(nodes: Sequence[Mapping[str, Any]], bound_pods: Iterable[Mapping[s
             continue
         seen.add(k)
         used[index[node]] += objects.pod_gpus(pod, resource)
-    for gang in gangs:
-        if not gang.placed or gang.finished or gang.claim is None:
-            continue
-        bound_here: dict[str, int] = {}
-        for p in gang.pods:
-            if p.node_name:
-                bound_here[p.node_name] = bound_here.get(p.node_name, 0) + p.gpus
-        for claimed, members in zip(gang.claim.nodes, gang.claim.members):
-            if claimed in index:
-                used[index[claimed]] += max(0, members * gang.gpus_per_member - bound_here.get(claimed, 0))
+    _reserve(used, index, gangs)
     free = tuple(max(0, a - u) if ok else 0 for a, u, ok in zip(alloc, used, usable))
     return tuple(alloc), free

@@ -47,8 +47,8 @@ from volcano_metronome import api
 from volcano_metronome.controller import objects, ranks, vanished
 from volcano_metronome.controller.constraints import assign
 from volcano_metronome.controller.objects import JSON
-from volcano_metronome.controller.views import (GANG_API_VERSIONS, RELEASED, ClaimView, GangView, PodView,
-                                                  World)
+from volcano_metronome.controller.views import (GANG_API_VERSIONS, RELEASED, ClaimView, GangKey, GangView, PodView,
+                                                World)
 from volcano_metronome.controller.policy import QueuePolicyView
 from volcano_metronome.controller.settings import Settings
 from volcano_metronome.core.decision import Decision, NoFit
@@ -96,12 +96,24 @@ def epoch_at_or_after(t_ms: float, settings: Settings) -> int:
 
 
 # ------------------------------------------------------------------------------------------- planning
+class Quiet:
+    """Placed gangs whose last plan wrote nothing, with the view and network it was planned from.
+
+    Planning such a gang again from the same view, on the same network, with no decision, move, lock
+    or unlock for it, writes nothing again (the writes are differences, and none depends on the clock
+    unless something is written): a cycle skips it. Kept by the caller from cycle to cycle.
+    """
+
+    def __init__(self) -> None:
+        self.gangs: dict[GangKey, tuple[GangView, Topology, bool]] = {}  # -> (view, network, drifted)
+
+
 def plan(world: World, decided: Decided, settings: Settings, now_s: float,
-         reoptimised: Reoptimised = Reoptimised(), reported: Mapping[str, str] = {}) -> Plan:
+         reoptimised: Reoptimised = Reoptimised(), reported: Mapping[str, str] = {}, quiet: Quiet | None = None) -> Plan:
     """The writes that bring the cluster in line with the world and this cycle's decisions.
 
     ``reported`` maps gang keys to the last no-fit reason an Event announced (for gangs without a
-    claim to remember it), so an unchanged reason is not announced every cycle.
+    claim to remember it), so an unchanged reason is not announced every cycle. ``quiet``: see :class:`Quiet`.
     """
     now_ms = now_s * 1000.0
     moves = reoptimised.moves
@@ -110,8 +122,21 @@ def plan(world: World, decided: Decided, settings: Settings, now_s: float,
     keys = {g.uid: str(g.key) for g in world.gangs}
     live = frozenset(world.topology.nodes)
     gang_writes: list[GangWrites] = []
+    still: dict[GangKey, tuple[GangView, Topology, bool]] = {}
+    drifted = 0
     for gang in world.gangs:
         result = decided.results.get(gang.uid)
+        calm = quiet is not None and result is None and gang.uid not in moved and gang.uid not in unlocks and (
+            gang.uid not in decided.locks and gang.uid not in decided.relocations)
+        if calm and quiet is not None:
+            hit = quiet.gangs.get(gang.key)
+            if hit is not None and hit[0] is gang and hit[1] is world.topology:
+                still[gang.key] = hit
+                drifted += hit[2]
+                continue
+        drift = gang.placed and not gang.finished and gang.claim is not None and bool(drift_message(gang.claim,
+                                                                                                    gang.pods))
+        drifted += drift
         if gang.finished:
             w = _release(gang.claim, gang, now_s)
         elif (lost := vanished.loss(gang, live)) is not None:
@@ -131,6 +156,8 @@ def plan(world: World, decided: Decided, settings: Settings, now_s: float,
                 move, why = Move(gang.uid, slots, slots, offset_ms), f"moved to lock with {keys.get(decided.locks[gang.uid], 'a new gang')}"
             w = _follow(gang, gang.claim, move, settings, now_s, now_ms, lock=lock,
                         unlock=gang.uid in unlocks and not lock, why=why)
+            if calm and not w:
+                still[gang.key] = (gang, world.topology, drift)
         elif not gang.placed and gang.profile is None and not gang.waiting_for:
             w = _no_fit(gang, gang.profile_error, world, now_s, reported)
         else:
@@ -147,8 +174,8 @@ def plan(world: World, decided: Decided, settings: Settings, now_s: float,
     pending = sum(1 for g in world.gangs if g.pending and not isinstance(decided.results.get(g.uid), Decision))
     placed = sum(1 for g in world.gangs if (g.placed and not g.finished) or isinstance(decided.results.get(g.uid),
                                                                                        Decision))
-    drifted = sum(1 for g in world.gangs if g.placed and not g.finished and g.claim is not None
-                  and drift_message(g.claim, g.pods))
+    if quiet is not None:
+        quiet.gangs = still
     return Plan(tuple(gang_writes), tuple(other), tuple(decided.results.values()), tuple(moves), pending, placed,
                 drifted)
 

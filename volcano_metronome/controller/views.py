@@ -189,20 +189,21 @@ class World:
         index = self.topology.node_index
         for gang in self.gangs:
             if gang.placed and not gang.finished and gang.profile is not None and gang.claim is not None:
-                r = _running(gang.claim, gang.profile, gang.priority, gang.gpus_per_member, gang.created_s,
+                r = running_gang(gang.claim, gang.profile, gang.priority, gang.gpus_per_member, gang.created_s,
                              index, str(gang.key))
                 if r is not None:
                     out.append(r)
         for claim in self.orphans:
             if claim.profile is not None:
-                r = _running(claim, claim.profile, claim.priority or 0, 0, 0.0, index, f"{claim.namespace}/{claim.name}")
+                r = running_gang(claim, claim.profile, claim.priority or 0, 0, 0.0, index, f"{claim.namespace}/{claim.name}")
                 if r is not None:
                     out.append(r)
         return tuple(out)
 
 
-def _running(claim: ClaimView, profile: Profile, priority: int, gpm: int, created: float,
-             index: Mapping[str, int], label: str) -> Running | None:
+def running_gang(claim: ClaimView, profile: Profile, priority: int, gpm: int, created: float,
+                 index: Mapping[str, int], label: str) -> Running | None:
+    """A placed claim's gang as the core's running gang (None when none of its nodes is left)."""
     # Nodes that left the cluster no longer carry this gang's traffic.
     kept = [(n, m) for n, m in zip(claim.nodes, claim.members) if n in index and m > 0]
     if not kept:
