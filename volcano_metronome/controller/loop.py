@@ -106,6 +106,7 @@ class Controller:
         self.failing = 0  # consecutive cycles that raised
         self._last_reopt: dict[str, float] = {}
         self._network: tuple[str, ...] | None = None
+        self._fingerprinted: tuple[object, tuple[str, ...]] = (None, ())
         self.last_world: World | None = None
         self._reported: dict[str, str] = {}  # gang key -> last no-fit reason announced by an Event
 
@@ -171,7 +172,10 @@ class Controller:
             self._reported.clear()
 
     def _reopt_due(self, world: World, now: float) -> list[str]:
-        fingerprint = tuple(f"{link.name}={link.capacity_gbps}" for link in world.topology.links)
+        if world.topology is not self._fingerprinted[0]:  # the Observer keeps the network while it is unchanged
+            self._fingerprinted = (world.topology, tuple(f"{link.name}={link.capacity_gbps}"
+                                                         for link in world.topology.links))
+        fingerprint = self._fingerprinted[1]
         changed = self._network is not None and fingerprint != self._network
         self._network = fingerprint
         due = []

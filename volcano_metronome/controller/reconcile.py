@@ -119,15 +119,17 @@ def plan(world: World, decided: Decided, settings: Settings, now_s: float,
     moves = reoptimised.moves
     moved = {m.uid: m for m in moves}
     unlocks = set(reoptimised.unlocks)
-    keys = {g.uid: str(g.key) for g in world.gangs}
+    named = {u for r in decided.results.values() if isinstance(r, Decision) for u in r.locks}
+    keys = {g.uid: str(g.key) for g in world.gangs if g.uid in named or g.uid in decided.locks.values()}
     live = frozenset(world.topology.nodes)
     gang_writes: list[GangWrites] = []
     still: dict[GangKey, tuple[GangView, Topology, bool]] = {}
     drifted = 0
     for gang in world.gangs:
-        result = decided.results.get(gang.uid)
-        calm = quiet is not None and result is None and gang.uid not in moved and gang.uid not in unlocks and (
-            gang.uid not in decided.locks and gang.uid not in decided.relocations)
+        uid = gang.uid
+        result = decided.results.get(uid)
+        calm = quiet is not None and result is None and uid not in moved and uid not in unlocks and (
+            uid not in decided.locks and uid not in decided.relocations)
         if calm and quiet is not None:
             hit = quiet.gangs.get(gang.key)
             if hit is not None and hit[0] is gang and hit[1] is world.topology:

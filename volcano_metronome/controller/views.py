@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Mapping, Sequence
 
 from volcano_metronome.controller import ranks as ranking
@@ -127,7 +128,7 @@ class GangView:
     nodes: frozenset[str] | None = None  # the nodes its pods' selectors, affinity and tolerations admit
     hostnames: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)  # node -> hostname label
 
-    @property
+    @cached_property  # read several times per gang and cycle, of tens of thousands of gangs
     def uid(self) -> str:
         """The core's id for this gang: the claim's namespace/name (unique, stable across restarts)."""
         return f"{self.key.namespace}/{self.claim_name}"
