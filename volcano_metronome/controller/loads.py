@@ -54,7 +54,7 @@ class RunningLoads:
         out: list[Running] = []
         for gang in world.gangs:
             if gang.placed and not gang.finished and gang.profile is not None and gang.claim is not None:
-                key = ("gang", str(gang.key))
+                key: tuple[str, ...] = ("gang", str(gang.key))
                 hit = self._memo.get(key)
                 r = hit[1] if hit is not None and hit[0] is gang else running_gang(
                     gang.claim, gang.profile, gang.priority, gang.gpus_per_member, gang.created_s, index, str(gang.key))

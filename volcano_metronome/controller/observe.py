@@ -88,8 +88,8 @@ class Observer:
         cached_claims: dict[_Key, tuple[str, ClaimView]] = {}
         for obj in inputs.claims:
             ns, name, rv = _ident(obj)
-            hit = self._claims.get((ns, name))
-            view = hit[1] if hit is not None and rv and hit[0] == rv else claim_view(obj)
+            claim_hit = self._claims.get((ns, name))
+            view = claim_hit[1] if claim_hit is not None and rv and claim_hit[0] == rv else claim_view(obj)
             if rv:
                 cached_claims[(ns, name)] = (rv, view)
             claims[view.key] = view
@@ -115,18 +115,18 @@ class Observer:
         for pod in inputs.pods:
             ns, name, rv = _ident(pod)
             pk = (ns, name)
-            hit = self._pods.get(pk)
-            if hit is None or not rv or hit[0] != rv or hit[1] != generation:
+            pod_hit = self._pods.get(pk)
+            if pod_hit is None or not rv or pod_hit[0] != rv or pod_hit[1] != generation:
                 raw = None if objects.pod_terminal(pod) else gang_key_of_pod(pod, {})  # Jobs' Workloads below
-                hit = (rv, generation, raw, pod_view(pod, settings.gpu_resource, self._by_hostname) if raw else None)
+                pod_hit = (rv, generation, raw, pod_view(pod, settings.gpu_resource, self._by_hostname) if raw else None)
             if rv:
-                cached_pods[pk] = hit
-            key, view = hit[2], hit[3]
-            if key is None or view is None:
+                cached_pods[pk] = pod_hit
+            key, pview = pod_hit[2], pod_hit[3]
+            if key is None or pview is None:
                 continue
             if key.kind == JOB and (key.namespace, key.name) in owned_by_job:
                 key = GangKey(key.namespace, WORKLOAD, owned_by_job[(key.namespace, key.name)])
-            pods_by_gang.setdefault(key, []).append(view)
+            pods_by_gang.setdefault(key, []).append(pview)
         self._pods = cached_pods
 
         keys: set[GangKey] = set(pods_by_gang)
@@ -152,10 +152,10 @@ class Observer:
             found_rv = objects.resource_version(found) if found is not None else None
             deps = (shared, found_rv, tuple((p.name, p.resource_version) for p in pods), claim_name,
                     claim.resource_version if claim is not None else None)
-            hit = self._gangs.get(key)
-            if hit is not None and hit[0] == deps and found_rv != "" and all(p.resource_version for p in pods) and (
+            gang_hit = self._gangs.get(key)
+            if gang_hit is not None and gang_hit[0] == deps and found_rv != "" and all(p.resource_version for p in pods) and (
                     claim is None or claim.resource_version):
-                gang = hit[1]
+                gang = gang_hit[1]
             else:
                 gang = gang_view(key, found, pods, claims, by_ref, pols, our_checks, cq_checks, settings)
                 gang = replace(gang, hostnames=hostnames)
@@ -225,12 +225,12 @@ class Observer:
             i = index.get(name)
             if i is None:
                 continue
-            hit = self._nodes.get(name)
-            if hit is None or not rv or hit[0] != rv:
-                hit = (rv, *_node_gpus(node_obj, resource))
+            node_hit = self._nodes.get(name)
+            if node_hit is None or not rv or node_hit[0] != rv:
+                node_hit = (rv, *_node_gpus(node_obj, resource))
             if rv:
-                cached_nodes[name] = hit
-            alloc[i], usable[i] = hit[1], hit[2]
+                cached_nodes[name] = node_hit
+            alloc[i], usable[i] = node_hit[1], node_hit[2]
         self._nodes = cached_nodes
         used = [0] * len(names)
         seen: set[tuple[str, str]] = set()
@@ -240,17 +240,17 @@ class Observer:
             k = (ns, name)
             if k in seen:
                 continue
-            hit = self._usage.get(k)
-            if hit is None or not rv or hit[0] != rv:
+            use_hit = self._usage.get(k)
+            if use_hit is None or not rv or use_hit[0] != rv:
                 node = (pod.get("spec") or {}).get("nodeName")
                 bound = bool(node) and not objects.pod_terminal(pod)
-                hit = (rv, node if bound else None, objects.pod_gpus(pod, resource) if bound else 0)
+                use_hit = (rv, node if bound else None, objects.pod_gpus(pod, resource) if bound else 0)
             if rv:
-                cached[k] = hit
-            if hit[1] is None or hit[1] not in index:
+                cached[k] = use_hit
+            if use_hit[1] is None or use_hit[1] not in index:
                 continue
             seen.add(k)
-            used[index[hit[1]]] += hit[2]
+            used[index[use_hit[1]]] += use_hit[2]
         self._usage = cached
         _reserve(used, index, gangs)
         free = tuple(max(0, a - u) if ok else 0 for a, u, ok in zip(alloc, used, usable))
