@@ -79,7 +79,9 @@ class RunningLoads:
             self._topology, self._running, self._failed, self._memo = world.topology, {}, {}, {}
         snap = self._snap
         running = self.running(world)
-        now = {r.gang.uid: r for r in running}
+        now: dict[str, Running] = {}
+        for r in running:
+            now.setdefault(r.gang.uid, r)
         for uid in [u for u, r in self._running.items() if now.get(u) != r]:
             if uid in snap.placed:
                 snap.forget(uid)
@@ -88,8 +90,14 @@ class RunningLoads:
         for uid in list(self._failed):  # retried: gangs that left may have made room (a shorter hyperperiod)
             del self._running[uid], self._failed[uid]
         warnings: list[str] = []
+        seen: set[str] = set()
         for r in running:
             uid = r.gang.uid
+            if uid in seen:  # two views of one claim: the second is refused, as a fresh snapshot refuses it
+                exc = InvalidInput("gang.uid", uid, "a gang the snapshot does not hold yet")
+                warnings.append(f"running gang {r.gang.name}: {exc}; its traffic is not accounted for")
+                continue
+            seen.add(uid)
             if uid in self._running:
                 continue
             self._running[uid] = r
