@@ -44,12 +44,12 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from volcano_metronome import api
-from volcano_metronome.controller import objects, ranks, vanished
+from volcano_metronome.controller import objects, ranks, statuses, vanished
+from volcano_metronome.controller.epochs import epoch_at_or_after, epoch_at_or_before, epoch_step_ms
 from volcano_metronome.controller.constraints import assign
 from volcano_metronome.controller.objects import JSON
 from volcano_metronome.controller.views import (GANG_API_VERSIONS, RELEASED, ClaimView, GangKey, GangView, PodView,
                                                 World)
-from volcano_metronome.controller.policy import QueuePolicyView
 from volcano_metronome.controller.settings import Settings
 from volcano_metronome.core.decision import Decision, NoFit
 from volcano_metronome.core.errors import InvalidInput
@@ -71,28 +71,6 @@ __all__ = ["UNDECIDABLE", "UNDECIDABLE_PREFIX", "Decided", "Reoptimised", "core_
 PLACED, NOFIT, RECONFIGURED = "Placed", "NoFit", "Reconfigured"
 DRIFTED, OUTSIDE_NODE_SET, AS_DECIDED = "Drifted", "BoundOutsideNodeSet", "AsDecided"
 PER_POD, CACHE_RISK, SHARED_PER_ROLE = "PerPodConstraints", "VolcanoPredicateErrorCache", "SharedPerRole"
-
-
-# -------------------------------------------------------------------------------------------- epochs
-def epoch_step_ms(settings: Settings) -> int:
-    """The lattice step: the smallest whole-millisecond multiple of the hyperperiod cap."""
-    h = settings.max_hyperperiod_ms
-    for k in range(1, 10001):
-        if abs(h * k - round(h * k)) < 1e-6:
-            return int(round(h * k))
-    return int(round(h))
-
-
-def epoch_at_or_before(now_ms: float, settings: Settings) -> int:
-    """The latest lattice epoch not after ``now_ms``."""
-    step = epoch_step_ms(settings)
-    return int(now_ms // step) * step
-
-
-def epoch_at_or_after(t_ms: float, settings: Settings) -> int:
-    """The first lattice epoch not before ``t_ms``."""
-    step = epoch_step_ms(settings)
-    return int(math.ceil(t_ms / step)) * step
 
 
 # ------------------------------------------------------------------------------------------- planning
@@ -172,7 +150,7 @@ def plan(world: World, decided: Decided, settings: Settings, now_s: float,
         w = _release(claim, None, now_s)
         if w:
             gang_writes.append(w)
-    other = _admission_checks_active(world, now_s) + _policy_statuses(world, decided, now_s)
+    other = statuses.admission_checks_active(world, now_s) + statuses.policy_statuses(world, decided, now_s)
     pending = sum(1 for g in world.gangs if g.pending and not isinstance(decided.results.get(g.uid), Decision))
     placed = sum(1 for g in world.gangs if (g.placed and not g.finished) or isinstance(decided.results.get(g.uid),
                                                                                        Decision))
@@ -487,39 +465,3 @@ def _release(claim: ClaimView | None, gang: GangView | None, now_s: float) -> Ga
     conds = objects.set_condition(claim.conditions, PLACED, "False", RELEASED, f"links released: {why}", now_s)
     status = {"nodes": [], "members": [], "links": [], "conditions": conds}
     return GangWrites(label, (ClaimStatus(claim.namespace, claim.name, claim.resource_version, status),))
-
-
-def _admission_checks_active(world: World, now_s: float) -> list[StatusPatch]:
-    out = []
-    for ac in world.admission_checks:
-        if objects.name(ac) not in world.our_checks or objects.condition_true(ac, "Active"):
-            continue
-        conds = objects.set_condition((ac.get("status") or {}).get("conditions") or [], "Active", "True", "Active",
-                                      f"{api.ADMISSION_CHECK_CONTROLLER} is running", now_s,
-                                      int(objects.meta(ac).get("generation") or 0))
-        out.append(StatusPatch("AdmissionCheck", objects.name(ac), {"conditions": conds}))
-    return out
-
-
-def _policy_statuses(world: World, decided: Decided, now_s: float) -> list[StatusPatch]:
-    out = []
-    for view in world.policies:
-        governed = [g for g in world.gangs if g.policy == view.name and not g.finished]
-        placed = sum(1 for g in governed if g.placed or isinstance(decided.results.get(g.uid), Decision))
-        pending = len(governed) - placed
-        out_status = _policy_status(view, pending, placed, now_s)
-        if out_status is not None:
-            out.append(out_status)
-    return out
-
-
-def _policy_status(view: QueuePolicyView, pending: int, placed: int, now_s: float) -> StatusPatch | None:
-    ready = ("False", "Invalid", view.error) if view.error else ("True", "Valid", "policy in effect")
-    prior = view.status
-    conds = objects.set_condition(prior.get("conditions") or [], "Ready", ready[0], ready[1], ready[2], now_s,
-                                  view.generation)
-    if (prior.get("observedGeneration") == view.generation and prior.get("pendingGangs") == pending
-            and prior.get("placedGangs") == placed and objects.same_conditions(conds, prior.get("conditions") or [])):
-        return None
-    return StatusPatch("QueuePolicy", view.name, {"observedGeneration": view.generation, "pendingGangs": pending,
-                                                  "placedGangs": placed, "conditions": conds})
