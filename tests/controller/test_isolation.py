@@ -8,7 +8,7 @@ from tests.controller import builders as b
 from tests.controller.fake import FakeApi
 from tests.controller.test_controller import NS, NOW, add_gang, claim_of, controller, pods_of
 from volcano_metronome import kube
-from volcano_metronome.controller import loop, objects, reconcile
+from volcano_metronome.controller import deciding, loop, objects, reconcile
 from volcano_metronome.core.decision import NoFit
 
 # 30 s iterations: longer than the default hyperperiod cap (25.2 s), so no decision can exist.
@@ -48,14 +48,14 @@ def test_a_core_failure_on_one_gang_is_that_gangs_no_fit(monkeypatch) -> None:  
     fake = _fake()
     add_gang(fake, "bad", 1)
     add_gang(fake, "good", 1)
-    real = reconcile.core_decide
+    real = deciding.core_decide
 
     def flaky(snap, gang, pol, earliest=0):  # type: ignore[no-untyped-def]
         if "bad" in gang.name:
             raise IndexError("boom")
         return real(snap, gang, pol, earliest)
 
-    monkeypatch.setattr(reconcile, "core_decide", flaky)
+    monkeypatch.setattr(deciding, "core_decide", flaky)
     ctl = controller(fake)
     plan, _ = ctl.cycle()
     results = {r.uid: r for r in plan.decisions} if plan.decisions else {}

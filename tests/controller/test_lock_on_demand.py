@@ -291,8 +291,8 @@ def test_a_gang_the_core_relocates_with_its_lock_gets_the_new_offset(fake: FakeA
     real = reconcile.decide
     moved_to = math.fmod(first["offsetMs"] + PERIOD / 2, PERIOD)
 
-    def relocating(world: Any, settings: Any, now_s: float) -> reconcile.Decided:
-        decided = real(world, settings, now_s)
+    def relocating(world: Any, settings: Any, now_s: float, *rest: Any) -> reconcile.Decided:
+        decided = real(world, settings, now_s, *rest)
         uid = next(g.uid for g in world.gangs if g.key.name == "a")
         if uid not in decided.locks:
             return decided

@@ -7,6 +7,7 @@ import sys
 
 BENCHMARKS = {
     "decide": "one scheduling decision on a large leaf-spine cluster",
+    "cycle": "one controller cycle (events, snapshot, decisions, plan) on a large cluster",
     "webhook": "admission latency and throughput of the real TLS server",
     "controller": "gangs ungated per second against a real kube-apiserver",
 }

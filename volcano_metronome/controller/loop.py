@@ -25,7 +25,9 @@ from volcano_metronome.controller import profiledrift, reconcile
 from volcano_metronome.controller.cache import Overlay, Store, View
 from volcano_metronome.controller.leader import LeaderElector, LeaseConfig
 from volcano_metronome.controller.metrics import HealthServer, Metrics
-from volcano_metronome.controller.observe import Inputs, World, observe
+from volcano_metronome.controller.objects import JSON
+from volcano_metronome.controller.loads import RunningLoads
+from volcano_metronome.controller.observe import Inputs, Observer, World, observe
 from volcano_metronome.controller.reconcile import Plan
 from volcano_metronome.controller.settings import Settings
 from volcano_metronome.controller.writer import Api, Outcome, Writer
@@ -66,6 +68,17 @@ SOURCES: tuple[Source, ...] = (
 )
 
 
+@dataclass(frozen=True)
+class Thought:
+    """What one cycle saw, decided and plans to write (``decide_s``: time spent in the core)."""
+
+    world: World
+    decided: reconcile.Decided
+    plan: Plan
+    decide_s: float
+    drift: profiledrift.Assessment
+
+
 def default_identity() -> str:
     """``hostname_<random>``, as client-go does: unique per process."""
     return f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}"
@@ -84,6 +97,9 @@ class Controller:
         self.clock = clock
         self.monotonic = monotonic
         self.overlay = Overlay()
+        self.observer = Observer(settings)  # views kept from cycle to cycle
+        self.loads = RunningLoads(settings)  # the running gangs' link loads, kept from cycle to cycle
+        self.quiet = reconcile.Quiet()  # placed gangs with nothing to write, skipped while unchanged
         self.view = View(stores, self.overlay)
         self.writer = Writer(api_, self.overlay, settings.write_concurrency, self.identity, after_write, may_write)
         self.dirty = threading.Event()
@@ -91,12 +107,20 @@ class Controller:
         self.failing = 0  # consecutive cycles that raised
         self._last_reopt: dict[str, float] = {}
         self._network: tuple[str, ...] | None = None
+        self._fingerprinted: tuple[object, tuple[str, ...]] = (None, ())
         self.last_world: World | None = None
         self._reported: dict[str, str] = {}  # gang key -> last no-fit reason announced by an Event
 
     def notify(self, *_: object) -> None:
         """Something changed: run a cycle soon."""
         self.dirty.set()
+
+    def watcher(self, source: str) -> Callable[[str, JSON], None]:
+        """The ``on_change`` callback of the informer of ``source`` (a store name of :data:`SOURCES`)."""
+        def on_change(kind: str, obj: JSON) -> None:
+            self.dirty.set()
+
+        return on_change
 
     def inputs(self) -> Inputs:
         """What the stores (and our own recent writes) hold now."""
@@ -111,27 +135,36 @@ class Controller:
     def cycle(self) -> tuple[Plan, Outcome]:
         """One cycle: observe, decide, plan, write."""
         started = self.monotonic()
+        thought = self.think()
+        plan = thought.plan
+        outcome = self.writer.apply(plan) if plan.writes else Outcome()
+        self._remember_reports(plan, outcome)
+        self._record(thought.world, plan, outcome, thought.decided.results, thought.decide_s,
+                     self.monotonic() - started)
+        profiledrift.record(thought.drift, self.metrics)
+        return plan, outcome
+
+    def think(self) -> Thought:
+        """A cycle up to its plan of writes (observe, decide, maybe re-optimise, plan); writes nothing."""
+        started = self.monotonic()
         now = self.clock()
-        world = observe(self.inputs(), self.settings)
+        world = observe(self.inputs(), self.settings, self.observer)
         drift = profiledrift.assess(world, self.view.items(api.QUEUE_POLICIES), self.settings, now)
         world = drift.world  # under profilePolicy adopt, drifted gangs are planned with their measured profile
         self.last_world = world
         for warning in world.warnings:
             log.warning("%s", warning)
-        t0 = self.monotonic()
-        decided = reconcile.decide(world, self.settings, now)
-        decide_s = self.monotonic() - t0
-        for warning in decided.warnings:
-            log.warning("%s", warning)
-        due = sorted(set(self._reopt_due(world, started)) | drift.replan)
-        reoptimised = (reconcile.reoptimise_running(world, self.settings, due, decided) if due
-                       else reconcile.Reoptimised())
-        plan = drift.amend(reconcile.plan(world, decided, self.settings, now, reoptimised, self._reported))
-        outcome = self.writer.apply(plan) if plan.writes else Outcome()
-        self._remember_reports(plan, outcome)
-        self._record(world, plan, outcome, decided.results, decide_s, self.monotonic() - started)
-        profiledrift.record(drift, self.metrics)
-        return plan, outcome
+        with self.loads.snapshot(world) as base:  # the running gangs' loads; this cycle's changes rolled back
+            t0 = self.monotonic()
+            decided = reconcile.decide(world, self.settings, now, self.monotonic, base)
+            decide_s = self.monotonic() - t0
+            for warning in decided.warnings:
+                log.warning("%s", warning)
+            due = sorted(set(self._reopt_due(world, started)) | drift.replan)
+            reoptimised = (reconcile.reoptimise_running(world, self.settings, due, decided) if due
+                           else reconcile.Reoptimised())
+        plan = drift.amend(reconcile.plan(world, decided, self.settings, now, reoptimised, self._reported, self.quiet))
+        return Thought(world, decided, plan, decide_s, drift)
 
     def _remember_reports(self, plan: Plan, outcome: Outcome) -> None:
         failed = set(outcome.failed)
@@ -143,7 +176,10 @@ class Controller:
             self._reported.clear()
 
     def _reopt_due(self, world: World, now: float) -> list[str]:
-        fingerprint = tuple(f"{link.name}={link.capacity_gbps}" for link in world.topology.links)
+        if world.topology is not self._fingerprinted[0]:  # the Observer keeps the network while it is unchanged
+            self._fingerprinted = (world.topology, tuple(f"{link.name}={link.capacity_gbps}"
+                                                         for link in world.topology.links))
+        fingerprint = self._fingerprinted[1]
         changed = self._network is not None and fingerprint != self._network
         self._network = fingerprint
         due = []
@@ -272,7 +308,7 @@ def serve(k: kube.Kube, settings: Settings, options: ServeOptions, stop: threadi
         scoped = src.resource.namespaced and src.name != BOUND_PODS
         informers[src.name] = kube.Informer(k, src.resource, settings.watch_namespace or None if scoped else None,
                                             label_selector=selector,
-                                            field_selector=src.field_selector, on_change=controller.notify,
+                                            field_selector=src.field_selector, on_change=controller.watcher(src.name),
                                             timeout_seconds=settings.watch_timeout_s)
     synced = threading.Event()
 

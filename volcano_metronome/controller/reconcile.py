@@ -39,344 +39,84 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 import numpy as np
 
 from volcano_metronome import api
-from volcano_metronome.controller import objects, ranks, vanished
+from volcano_metronome.controller import objects, ranks, statuses, vanished
+from volcano_metronome.controller.epochs import epoch_at_or_after, epoch_at_or_before, epoch_step_ms
 from volcano_metronome.controller.constraints import assign
 from volcano_metronome.controller.objects import JSON
-from volcano_metronome.controller.observe import (GANG_API_VERSIONS, RELEASED, ClaimView, GangView, PodView,
-                                                  World)
-from volcano_metronome.controller.queuepolicy import QueuePolicyView
+from volcano_metronome.controller.views import (GANG_API_VERSIONS, RELEASED, ClaimView, GangKey, GangView, PodView,
+                                                World)
 from volcano_metronome.controller.settings import Settings
-from volcano_metronome.core.cycle import commit
 from volcano_metronome.core.decision import Decision, NoFit
-from volcano_metronome.core.decision import decide as core_decide
 from volcano_metronome.core.errors import InvalidInput
-from volcano_metronome.core.grid import lay_out
-from volcano_metronome.core.model import Gang, Policy
-from volcano_metronome.core.ordering import order
 from volcano_metronome.core.placement import member_room
-from volcano_metronome.core.reoptimize import Move, reoptimise
-from volcano_metronome.core.snapshot import Snapshot
+from volcano_metronome.core.reoptimize import Move
 from volcano_metronome.core.topology import Topology
+from volcano_metronome.controller.deciding import (UNDECIDABLE, UNDECIDABLE_PREFIX, Decided, Reoptimised, core_policy,
+                                                   decide, no_fit_category, reoptimise_running, snapshot)
+from volcano_metronome.controller.writes import (LOCKED, REDECIDING, UNLOCKED, ClaimStatus, CreateClaim, DeleteClaim,
+                                                 DeletePod, Event, GangWrites, Plan, PodPatch, StatusPatch, Write,
+                                                 WorkloadCheck)
+
+__all__ = ["UNDECIDABLE", "UNDECIDABLE_PREFIX", "Decided", "Reoptimised", "core_policy", "decide", "no_fit_category",
+           "reoptimise_running", "snapshot", "LOCKED", "REDECIDING", "UNLOCKED", "ClaimStatus", "CreateClaim",
+           "DeleteClaim", "DeletePod", "Event", "GangWrites", "Plan", "PodPatch", "StatusPatch", "Write",
+           "WorkloadCheck", "plan", "drift_message", "timing_annotations", "epoch_step_ms", "epoch_at_or_before",
+           "epoch_at_or_after"]
 
 PLACED, NOFIT, RECONFIGURED = "Placed", "NoFit", "Reconfigured"
-LOCKED, UNLOCKED, REDECIDING = "Locked", "Unlocked", vanished.REDECIDING
 DRIFTED, OUTSIDE_NODE_SET, AS_DECIDED = "Drifted", "BoundOutsideNodeSet", "AsDecided"
 PER_POD, CACHE_RISK, SHARED_PER_ROLE = "PerPodConstraints", "VolcanoPredicateErrorCache", "SharedPerRole"
-# A gang the core could not decide (its input is one no decision exists for, or the core failed on it):
-# reported like a no-fit (claim condition, Event, metric) under its own category; other gangs go on.
-UNDECIDABLE, UNDECIDABLE_PREFIX = "Undecidable", "cannot be decided: "
-
-
-# --------------------------------------------------------------------------------------------- writes
-@dataclass(frozen=True)
-class CreateClaim:
-    """Create an STBandwidthClaim (AlreadyExists is fine: someone, maybe we, made it)."""
-
-    namespace: str
-    name: str
-    body: JSON
-
-
-@dataclass(frozen=True)
-class ClaimStatus:
-    """Merge-patch a claim's status, conditional on ``resource_version`` (None: the one just created)."""
-
-    namespace: str
-    name: str
-    resource_version: str | None
-    status: JSON
-
-
-@dataclass(frozen=True)
-class DeleteClaim:
-    """Delete a claim the controller created, once its gang is gone."""
-
-    namespace: str
-    name: str
-    resource_version: str
-
-
-@dataclass(frozen=True)
-class PodPatch:
-    """Merge-patch one pod, conditional on its resourceVersion."""
-
-    namespace: str
-    name: str
-    resource_version: str
-    patch: JSON
-    ungates: bool
-
-
-@dataclass(frozen=True)
-class DeletePod:
-    """Delete a pod stranded on a vanished node (``controller.vanished``), conditional on its uid and
-    resourceVersion: a pod bound or changed since it was read is left alone."""
-
-    namespace: str
-    name: str
-    uid: str
-    resource_version: str
-
-
-@dataclass(frozen=True)
-class WorkloadCheck:
-    """Set the whole ``status.admissionChecks`` list of a Workload (ours changed), conditionally."""
-
-    namespace: str
-    name: str
-    resource_version: str
-    entries: tuple[JSON, ...]
-    state: str
-
-
-@dataclass(frozen=True)
-class StatusPatch:
-    """Merge-patch the status of a cluster-scoped object (AdmissionCheck, QueuePolicy)."""
-
-    kind: str  # "AdmissionCheck" or "QueuePolicy"
-    name: str
-    status: JSON
-
-
-@dataclass(frozen=True)
-class Event:
-    """An Event about ``regarding`` (an object reference)."""
-
-    regarding: JSON
-    reason: str
-    note: str
-    type: str = "Normal"
-
-
-Write = CreateClaim | ClaimStatus | DeleteClaim | PodPatch | DeletePod | WorkloadCheck | StatusPatch | Event
-
-
-@dataclass(frozen=True)
-class GangWrites:
-    """One gang's writes, in order: ``claim`` one by one, then ``pods`` (in any order), then ``after``.
-
-    ``requires`` names other gangs of the plan whose claim writes must succeed first (a deciding gang
-    waits for the locks its decision takes); when they fail, this gang waits a cycle.
-    ``vanished`` names nodes the writer must find gone from the API server before it writes anything
-    of this gang (a gang re-decided because they vanished).
-    """
-
-    gang: str
-    claim: tuple[CreateClaim | ClaimStatus | DeleteClaim, ...] = ()
-    pods: tuple[PodPatch | DeletePod, ...] = ()
-    after: tuple[WorkloadCheck | Event, ...] = ()
-    placed: bool = False  # this plan records a new decision for the gang
-    requires: tuple[str, ...] = ()
-    transition: str = ""  # LOCKED, UNLOCKED or REDECIDING when this plan locks, unlocks or releases a gang
-    vanished: tuple[str, ...] = ()
-
-    def __bool__(self) -> bool:
-        return bool(self.claim or self.pods or self.after)
-
-
-@dataclass(frozen=True)
-class Plan:
-    """Everything one cycle writes, and what it decided (for metrics and logs)."""
-
-    gangs: tuple[GangWrites, ...] = ()
-    other: tuple[StatusPatch, ...] = ()
-    decisions: tuple[Decision | NoFit, ...] = ()
-    moves: tuple[Move, ...] = ()
-    pending: int = 0
-    placed: int = 0
-    drifted: int = 0  # placed gangs with pods bound outside their node set
-
-    @property
-    def writes(self) -> int:
-        """Number of API writes in the plan."""
-        return sum(len(g.claim) + len(g.pods) + len(g.after) for g in self.gangs) + len(self.other)
-
-
-@dataclass(frozen=True)
-class Decided:
-    """The core's answers for this cycle's pending gangs, by gang uid.
-
-    ``locks`` maps each unlocked gang that must align from now on to the uid of the gang whose
-    decision locks it; ``relocations`` the new offsets (ms) the core gave some of them with the lock.
-    """
-
-    results: Mapping[str, Decision | NoFit] = field(default_factory=dict)
-    warnings: tuple[str, ...] = ()
-    locks: Mapping[str, str] = field(default_factory=dict)
-    relocations: Mapping[str, float] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class Reoptimised:
-    """What a re-optimisation pass changes: offset moves, and gangs that may run free again."""
-
-    moves: tuple[Move, ...] = ()
-    unlocks: tuple[str, ...] = ()
-
-
-# -------------------------------------------------------------------------------------------- epochs
-def epoch_step_ms(settings: Settings) -> int:
-    """The lattice step: the smallest whole-millisecond multiple of the hyperperiod cap."""
-    h = settings.max_hyperperiod_ms
-    for k in range(1, 10001):
-        if abs(h * k - round(h * k)) < 1e-6:
-            return int(round(h * k))
-    return int(round(h))
-
-
-def epoch_at_or_before(now_ms: float, settings: Settings) -> int:
-    """The latest lattice epoch not after ``now_ms``."""
-    step = epoch_step_ms(settings)
-    return int(now_ms // step) * step
-
-
-def epoch_at_or_after(t_ms: float, settings: Settings) -> int:
-    """The first lattice epoch not before ``t_ms``."""
-    step = epoch_step_ms(settings)
-    return int(math.ceil(t_ms / step)) * step
-
-
-# ------------------------------------------------------------------------------------------- deciding
-def snapshot(world: World, settings: Settings) -> tuple[Snapshot, list[str]]:
-    """A core snapshot of the world; running gangs that no longer fit the grid are skipped with a warning."""
-    grid = settings.grid
-    snap = Snapshot(world.topology, grid, np.array(world.free_gpus, dtype=np.int64))
-    warnings: list[str] = []
-    for r in world.running():
-        try:
-            nodes = world.topology.nodes_of(r.nodes)
-            offset = int(round(r.offset_ms / grid.slot_ms))
-            snap.assume(r.gang, nodes, np.array(r.members), offset, lay_out(r.gang.profile, grid), hold_gpus=False,
-                        locked=r.locked)
-        except InvalidInput as exc:
-            warnings.append(f"running gang {r.gang.name}: {exc}; its traffic is not accounted for")
-    return snap, warnings
-
-
-def core_policy(world: World, name: str, settings: Settings) -> Policy:
-    """The core policy of QueuePolicy ``name`` (the built-in default for "")."""
-    for p in world.policies:
-        if p.name == name and not p.error:
-            return p.policy
-    return Policy(grid=settings.grid)
-
-
-def decide(world: World, settings: Settings, now_s: float) -> Decided:
-    """Run the core over every pending gang, policy by policy (by name), on one shared snapshot."""
-    snap, warnings = snapshot(world, settings)
-    pending = [g for g in world.gangs if g.pending]
-    results: dict[str, Decision | NoFit] = {}
-    for name in sorted({g.policy for g in pending}):
-        group = [g for g in pending if g.policy == name]
-        gangs = []
-        for g in group:
-            try:
-                gang = g.core_gang()
-                lay_out(gang.profile, snap.grid)  # a profile the grid cannot hold fails here, alone
-                gangs.append(gang)
-            except InvalidInput as exc:
-                results[g.uid] = NoFit(g.uid, f"{UNDECIDABLE_PREFIX}{exc}")
-        pol = core_policy(world, name, settings)
-        for gang in order(gangs, pol, now_s):
-            results[gang.uid] = _decide_one(snap, gang, pol)
-    locks, relocations = _locks(results, snap.grid.slot_ms)
-    return Decided(results, tuple(warnings), locks, relocations)
-
-
-def _decide_one(snap: Snapshot, gang: Gang, pol: Policy) -> Decision | NoFit:
-    """``core.cycle.schedule`` for one gang, isolated: whatever the core raises for this gang is this
-    gang's no-fit, never the cycle's failure (every other gang is still decided)."""
-    try:
-        result = core_decide(snap, gang, pol)
-    except Exception as exc:  # noqa: BLE001 - one gang's bad input or a core bug must not stop the others
-        return NoFit(gang.uid, f"{UNDECIDABLE_PREFIX}{type(exc).__name__}: {exc}")
-    if isinstance(result, Decision):
-        try:
-            commit(snap, gang, result)
-        except Exception as exc:  # noqa: BLE001 - as above; assume() checks before it changes the snapshot
-            return NoFit(gang.uid, f"{UNDECIDABLE_PREFIX}{type(exc).__name__}: {exc}")
-    return result
-
-
-def _locks(results: Mapping[str, Decision | NoFit], slot_ms: float) -> tuple[dict[str, str], dict[str, float]]:
-    """The running gangs this cycle's decisions lock (to the uid of the deciding gang), and the new
-    offsets (ms) of those the core relocated with the lock.
-
-    Only the core's decisions lock: it leaves a gang free on a contended link on purpose when locking
-    would cost more padding than the collisions it saves, so the controller must not lock it anyway.
-    """
-    locks: dict[str, str] = {}
-    relocations: dict[str, float] = {}
-    for result in results.values():
-        if isinstance(result, Decision):
-            for uid in result.locks:
-                locks.setdefault(uid, result.uid)
-            for uid, offset_slots in result.relocations:
-                relocations.setdefault(uid, offset_slots * slot_ms)
-    return locks, relocations
-
-
-def reoptimise_running(world: World, settings: Settings, due: Sequence[str],
-                       decided: Decided = Decided()) -> Reoptimised:
-    """Offset moves for the running gangs of the policies in ``due`` (bounded per policy, priority first),
-    and those of their gangs left with no contended link (policies with lock on demand only).
-
-    This cycle's decisions and locks are assumed first and never moved: the pass sees the links as
-    they will be once this cycle's writes land.
-    """
-    snap, _ = snapshot(world, settings)
-    gangs = {g.uid: g for g in world.gangs}
-    fresh: set[str] = set()
-    for uid, decision in sorted(decided.results.items()):
-        gang = gangs.get(uid)
-        if isinstance(decision, Decision) and gang is not None and gang.profile is not None and uid not in snap.placed:
-            try:
-                commit(snap, gang.core_gang(), decision)
-            except InvalidInput:
-                continue  # decide() assumed it on its own snapshot; nothing new can fail here
-            fresh.add(uid)
-    for uid in decided.locks:
-        if uid in snap.placed:
-            snap.lock(uid)
-    owner = {g.uid: g.policy for g in world.gangs if g.placed and not g.finished}
-    moves: list[Move] = []
-    unlocks: list[str] = []
-    for name in sorted(due):
-        view = next((p for p in world.policies if p.name == name), None)
-        max_moves = view.reoptimization.max_moves if view is not None else 4
-        frozen = frozenset(uid for uid in snap.placed
-                           if owner.get(uid) != name or uid in fresh or uid in decided.relocations)
-        pol = core_policy(world, name, settings)
-        result = reoptimise(snap, pol, max_moves=max_moves, frozen=frozen)
-        moves.extend(result.moves)
-        if pol.lock_on_demand:
-            unlocks.extend(uid for uid in snap.unlockable() if uid not in frozen)
-    return Reoptimised(tuple(moves), tuple(unlocks))
 
 
 # ------------------------------------------------------------------------------------------- planning
+class Quiet:
+    """Placed gangs whose last plan wrote nothing, with the view and network it was planned from.
+
+    Planning such a gang again from the same view, on the same network, with no decision, move, lock
+    or unlock for it, writes nothing again (the writes are differences, and none depends on the clock
+    unless something is written): a cycle skips it. Kept by the caller from cycle to cycle.
+    """
+
+    def __init__(self) -> None:
+        self.gangs: dict[GangKey, tuple[GangView, Topology, bool]] = {}  # -> (view, network, drifted)
+
+
 def plan(world: World, decided: Decided, settings: Settings, now_s: float,
-         reoptimised: Reoptimised = Reoptimised(), reported: Mapping[str, str] = {}) -> Plan:
+         reoptimised: Reoptimised = Reoptimised(), reported: Mapping[str, str] = {}, quiet: Quiet | None = None) -> Plan:
     """The writes that bring the cluster in line with the world and this cycle's decisions.
 
     ``reported`` maps gang keys to the last no-fit reason an Event announced (for gangs without a
-    claim to remember it), so an unchanged reason is not announced every cycle.
+    claim to remember it), so an unchanged reason is not announced every cycle. ``quiet``: see :class:`Quiet`.
     """
     now_ms = now_s * 1000.0
     moves = reoptimised.moves
     moved = {m.uid: m for m in moves}
     unlocks = set(reoptimised.unlocks)
-    keys = {g.uid: str(g.key) for g in world.gangs}
+    named = {u for r in decided.results.values() if isinstance(r, Decision) for u in r.locks}
+    keys = {g.uid: str(g.key) for g in world.gangs if g.uid in named or g.uid in decided.locks.values()}
     live = frozenset(world.topology.nodes)
     gang_writes: list[GangWrites] = []
+    still: dict[GangKey, tuple[GangView, Topology, bool]] = {}
+    drifted = 0
     for gang in world.gangs:
-        result = decided.results.get(gang.uid)
+        uid = gang.uid
+        result = decided.results.get(uid)
+        calm = quiet is not None and result is None and uid not in moved and uid not in unlocks and (
+            uid not in decided.locks and uid not in decided.relocations)
+        if calm and quiet is not None:
+            hit = quiet.gangs.get(gang.key)
+            if hit is not None and hit[0] is gang and hit[1] is world.topology:
+                still[gang.key] = hit
+                drifted += hit[2]
+                continue
+        drift = gang.placed and not gang.finished and gang.claim is not None and bool(drift_message(gang.claim,
+                                                                                                    gang.pods))
+        drifted += drift
         if gang.finished:
             w = _release(gang.claim, gang, now_s)
         elif (lost := vanished.loss(gang, live)) is not None:
@@ -396,6 +136,8 @@ def plan(world: World, decided: Decided, settings: Settings, now_s: float,
                 move, why = Move(gang.uid, slots, slots, offset_ms), f"moved to lock with {keys.get(decided.locks[gang.uid], 'a new gang')}"
             w = _follow(gang, gang.claim, move, settings, now_s, now_ms, lock=lock,
                         unlock=gang.uid in unlocks and not lock, why=why)
+            if calm and not w:
+                still[gang.key] = (gang, world.topology, drift)
         elif not gang.placed and gang.profile is None and not gang.waiting_for:
             w = _no_fit(gang, gang.profile_error, world, now_s, reported)
         else:
@@ -408,12 +150,12 @@ def plan(world: World, decided: Decided, settings: Settings, now_s: float,
         w = _release(claim, None, now_s)
         if w:
             gang_writes.append(w)
-    other = _admission_checks_active(world, now_s) + _policy_statuses(world, decided, now_s)
+    other = statuses.admission_checks_active(world, now_s) + statuses.policy_statuses(world, decided, now_s)
     pending = sum(1 for g in world.gangs if g.pending and not isinstance(decided.results.get(g.uid), Decision))
     placed = sum(1 for g in world.gangs if (g.placed and not g.finished) or isinstance(decided.results.get(g.uid),
                                                                                        Decision))
-    drifted = sum(1 for g in world.gangs if g.placed and not g.finished and g.claim is not None
-                  and drift_message(g.claim, g.pods))
+    if quiet is not None:
+        quiet.gangs = still
     return Plan(tuple(gang_writes), tuple(other), tuple(decided.results.values()), tuple(moves), pending, placed,
                 drifted)
 
@@ -669,20 +411,6 @@ def _no_fit(gang: GangView, reason: str, world: World, now_s: float, reported: M
     return GangWrites(str(gang.key), tuple(claim_writes), (), tuple(after))
 
 
-def no_fit_category(reason: str) -> str:
-    """A short, bounded label for a no-fit reason (metrics and condition reasons)."""
-    text = reason.lower()
-    if reason.startswith(UNDECIDABLE_PREFIX):
-        return UNDECIDABLE
-    if text.startswith("insufficient gpus"):
-        return "InsufficientGPUs"
-    if text.startswith("priority protection"):
-        return "PriorityProtection"
-    if "profile" in text:
-        return "NoProfile"
-    return "Other"
-
-
 def _never_fits(gang: GangView, world: World) -> bool:
     if gang.profile is None:
         return True
@@ -737,39 +465,3 @@ def _release(claim: ClaimView | None, gang: GangView | None, now_s: float) -> Ga
     conds = objects.set_condition(claim.conditions, PLACED, "False", RELEASED, f"links released: {why}", now_s)
     status = {"nodes": [], "members": [], "links": [], "conditions": conds}
     return GangWrites(label, (ClaimStatus(claim.namespace, claim.name, claim.resource_version, status),))
-
-
-def _admission_checks_active(world: World, now_s: float) -> list[StatusPatch]:
-    out = []
-    for ac in world.admission_checks:
-        if objects.name(ac) not in world.our_checks or objects.condition_true(ac, "Active"):
-            continue
-        conds = objects.set_condition((ac.get("status") or {}).get("conditions") or [], "Active", "True", "Active",
-                                      f"{api.ADMISSION_CHECK_CONTROLLER} is running", now_s,
-                                      int(objects.meta(ac).get("generation") or 0))
-        out.append(StatusPatch("AdmissionCheck", objects.name(ac), {"conditions": conds}))
-    return out
-
-
-def _policy_statuses(world: World, decided: Decided, now_s: float) -> list[StatusPatch]:
-    out = []
-    for view in world.policies:
-        governed = [g for g in world.gangs if g.policy == view.name and not g.finished]
-        placed = sum(1 for g in governed if g.placed or isinstance(decided.results.get(g.uid), Decision))
-        pending = len(governed) - placed
-        out_status = _policy_status(view, pending, placed, now_s)
-        if out_status is not None:
-            out.append(out_status)
-    return out
-
-
-def _policy_status(view: QueuePolicyView, pending: int, placed: int, now_s: float) -> StatusPatch | None:
-    ready = ("False", "Invalid", view.error) if view.error else ("True", "Valid", "policy in effect")
-    prior = view.status
-    conds = objects.set_condition(prior.get("conditions") or [], "Ready", ready[0], ready[1], ready[2], now_s,
-                                  view.generation)
-    if (prior.get("observedGeneration") == view.generation and prior.get("pendingGangs") == pending
-            and prior.get("placedGangs") == placed and objects.same_conditions(conds, prior.get("conditions") or [])):
-        return None
-    return StatusPatch("QueuePolicy", view.name, {"observedGeneration": view.generation, "pendingGangs": pending,
-                                                  "placedGangs": placed, "conditions": conds})

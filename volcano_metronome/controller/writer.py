@@ -20,9 +20,9 @@ from typing import Any, Callable, Protocol, Sequence
 from volcano_metronome import kube
 from volcano_metronome.controller.cache import Overlay
 from volcano_metronome.controller.objects import JSON
-from volcano_metronome.controller.reconcile import (LOCKED, REDECIDING, UNLOCKED, ClaimStatus, CreateClaim,
-                                                    DeleteClaim, DeletePod, Event, GangWrites, Plan, PodPatch,
-                                                    StatusPatch, WorkloadCheck)
+from volcano_metronome.controller.writes import (LOCKED, REDECIDING, UNLOCKED, ClaimStatus, CreateClaim, DeleteClaim,
+                                                 DeletePod, Event, GangWrites, Plan, PodPatch, StatusPatch,
+                                                 WorkloadCheck)
 from volcano_metronome.kube import Conflict, KubeError, NotFound, Resource
 
 log = logging.getLogger(__name__)

@@ -159,8 +159,17 @@ class Snapshot:
             return
         row = placed.row(self.hyperperiod)
         self.load[placed.links] += (sign * placed.multiplier[:, None] * row[None, :]).astype(np.int32)
-        self.link_mean[placed.links] += sign * placed.multiplier * float(placed.pattern.rates.mean())
+        # From the whole-number loads, not accumulated: any history of assumes and forgets that leaves the same
+        # loads leaves the same means, to the bit (a snapshot kept across cycles ranks candidates as a fresh one).
+        self.link_mean[placed.links] = self.load[placed.links].sum(axis=1, dtype=np.int64) / self.hyperperiod
         self.link_peaks[placed.links] += sign * placed.multiplier * int(placed.pattern.rates.max())
+
+    def fold(self) -> None:
+        """Shrink the hyperperiod to the least common multiple of the placed gangs' periods (after forgets)."""
+        span = math.lcm(1, *(p.pattern.slots for p in self.placed.values()))
+        if span < self.hyperperiod:  # every load row repeats with ``span``: its first ``span`` slots are exact
+            self.load = np.ascontiguousarray(self.load[:, :span])
+            self.hyperperiod = span
 
     def _grow(self, hyperperiod: int) -> None:
         if hyperperiod == self.hyperperiod:

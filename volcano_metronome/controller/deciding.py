@@ -1,0 +1,207 @@
+"""Deciding: the core run over this cycle's pending gangs, and re-optimisation of the running ones. PURE.
+
+Every pending gang is decided on one snapshot of the running gangs' link loads and the free GPUs,
+policy by policy; each decision is assumed into it before the next. The re-optimisation pass works
+on the same snapshot after the decisions (no second snapshot): it sees the links as they will be
+once this cycle's writes land.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Mapping, Sequence
+
+import numpy as np
+
+from volcano_metronome.controller.views import World
+from volcano_metronome.controller.settings import Settings
+from volcano_metronome.core.cycle import commit
+from volcano_metronome.core.decision import Decision, NoFit
+from volcano_metronome.core.decision import decide as core_decide
+from volcano_metronome.core.errors import InvalidInput
+from volcano_metronome.core.grid import lay_out
+from volcano_metronome.core.model import Gang, Policy
+from volcano_metronome.core.ordering import order
+from volcano_metronome.core.reoptimize import Move, reoptimise
+from volcano_metronome.core.snapshot import Snapshot
+
+
+# A gang the core could not decide (its input is one no decision exists for, or the core failed on it):
+# reported like a no-fit (claim condition, Event, metric) under its own category; other gangs go on.
+UNDECIDABLE, UNDECIDABLE_PREFIX = "Undecidable", "cannot be decided: "
+
+
+@dataclass(frozen=True)
+class Decided:
+    """The core's answers for this cycle's pending gangs, by gang uid.
+
+    ``locks`` maps each unlocked gang that must align from now on to the uid of the gang whose
+    decision locks it; ``relocations`` the new offsets (ms) the core gave some of them with the lock.
+    """
+
+    results: Mapping[str, Decision | NoFit] = field(default_factory=dict)
+    warnings: tuple[str, ...] = ()
+    locks: Mapping[str, str] = field(default_factory=dict)
+    relocations: Mapping[str, float] = field(default_factory=dict)
+    seconds: Mapping[str, float] = field(default_factory=dict)  # how long each gang's decision took (with a clock)
+    # The snapshot the decisions were assumed into, for the re-optimisation pass of the same cycle.
+    snapshot: Snapshot | None = field(default=None, compare=False, repr=False)
+
+
+@dataclass(frozen=True)
+class Reoptimised:
+    """What a re-optimisation pass changes: offset moves, and gangs that may run free again."""
+
+    moves: tuple[Move, ...] = ()
+    unlocks: tuple[str, ...] = ()
+
+
+# ------------------------------------------------------------------------------------------- deciding
+def snapshot(world: World, settings: Settings) -> tuple[Snapshot, list[str]]:
+    """A core snapshot of the world; running gangs that no longer fit the grid are skipped with a warning."""
+    grid = settings.grid
+    snap = Snapshot(world.topology, grid, np.array(world.free_gpus, dtype=np.int64))
+    warnings: list[str] = []
+    for r in world.running():
+        try:
+            nodes = world.topology.nodes_of(r.nodes)
+            offset = int(round(r.offset_ms / grid.slot_ms))
+            snap.assume(r.gang, nodes, np.array(r.members), offset, lay_out(r.gang.profile, grid), hold_gpus=False,
+                        locked=r.locked)
+        except InvalidInput as exc:
+            warnings.append(f"running gang {r.gang.name}: {exc}; its traffic is not accounted for")
+    return snap, warnings
+
+
+def core_policy(world: World, name: str, settings: Settings) -> Policy:
+    """The core policy of QueuePolicy ``name`` (the built-in default for "")."""
+    for p in world.policies:
+        if p.name == name and not p.error:
+            return p.policy
+    return Policy(grid=settings.grid)
+
+
+def decide(world: World, settings: Settings, now_s: float, clock: Callable[[], float] | None = None,
+           base: tuple[Snapshot, list[str]] | None = None) -> Decided:
+    """Run the core over every pending gang, policy by policy (by name), on one shared snapshot.
+
+    ``base``: the running gangs' snapshot when the caller keeps one (``controller.loads``); it is
+    changed in place. ``clock`` times each decision (``Decided.seconds``).
+    """
+    snap, warnings = base if base is not None else snapshot(world, settings)
+    pending = [g for g in world.gangs if g.pending]
+    results: dict[str, Decision | NoFit] = {}
+    seconds: dict[str, float] = {}
+    for name in sorted({g.policy for g in pending}):
+        group = [g for g in pending if g.policy == name]
+        gangs = []
+        for g in group:
+            try:
+                gang = g.core_gang()
+                lay_out(gang.profile, snap.grid)  # a profile the grid cannot hold fails here, alone
+                gangs.append(gang)
+            except InvalidInput as exc:
+                results[g.uid] = NoFit(g.uid, f"{UNDECIDABLE_PREFIX}{exc}")
+        pol = core_policy(world, name, settings)
+        for gang in order(gangs, pol, now_s):
+            t0 = clock() if clock is not None else 0.0
+            results[gang.uid] = _decide_one(snap, gang, pol)
+            if clock is not None:
+                seconds[gang.uid] = clock() - t0
+    locks, relocations = _locks(results, snap.grid.slot_ms)
+    return Decided(results, tuple(warnings), locks, relocations, seconds, snap)
+
+
+def _decide_one(snap: Snapshot, gang: Gang, pol: Policy) -> Decision | NoFit:
+    """``core.cycle.schedule`` for one gang, isolated: whatever the core raises for this gang is this
+    gang's no-fit, never the cycle's failure (every other gang is still decided)."""
+    try:
+        result = core_decide(snap, gang, pol)
+    except Exception as exc:  # noqa: BLE001 - one gang's bad input or a core bug must not stop the others
+        return NoFit(gang.uid, f"{UNDECIDABLE_PREFIX}{type(exc).__name__}: {exc}")
+    if isinstance(result, Decision):
+        try:
+            commit(snap, gang, result)
+        except Exception as exc:  # noqa: BLE001 - as above; assume() checks before it changes the snapshot
+            return NoFit(gang.uid, f"{UNDECIDABLE_PREFIX}{type(exc).__name__}: {exc}")
+    return result
+
+
+def _locks(results: Mapping[str, Decision | NoFit], slot_ms: float) -> tuple[dict[str, str], dict[str, float]]:
+    """The running gangs this cycle's decisions lock (to the uid of the deciding gang), and the new
+    offsets (ms) of those the core relocated with the lock.
+
+    Only the core's decisions lock: it leaves a gang free on a contended link on purpose when locking
+    would cost more padding than the collisions it saves, so the controller must not lock it anyway.
+    """
+    locks: dict[str, str] = {}
+    relocations: dict[str, float] = {}
+    for result in results.values():
+        if isinstance(result, Decision):
+            for uid in result.locks:
+                locks.setdefault(uid, result.uid)
+            for uid, offset_slots in result.relocations:
+                relocations.setdefault(uid, offset_slots * slot_ms)
+    return locks, relocations
+
+
+def reoptimise_running(world: World, settings: Settings, due: Sequence[str],
+                       decided: Decided = Decided()) -> Reoptimised:
+    """Offset moves for the running gangs of the policies in ``due`` (bounded per policy, priority first),
+    and those of their gangs left with no contended link (policies with lock on demand only).
+
+    This cycle's decisions and locks are assumed first and never moved: the pass sees the links as
+    they will be once this cycle's writes land.
+    """
+    if decided.snapshot is not None:  # this cycle's decisions and locks are in it already
+        snap = decided.snapshot
+        fresh = {uid for uid, d in decided.results.items() if isinstance(d, Decision) and uid in snap.placed}
+    else:
+        snap, fresh = _with_decisions(world, settings, decided)
+    owner = {g.uid: g.policy for g in world.gangs if g.placed and not g.finished}
+    moves: list[Move] = []
+    unlocks: list[str] = []
+    for name in sorted(due):
+        view = next((p for p in world.policies if p.name == name), None)
+        max_moves = view.reoptimization.max_moves if view is not None else 4
+        frozen = frozenset(uid for uid in snap.placed
+                           if owner.get(uid) != name or uid in fresh or uid in decided.relocations)
+        pol = core_policy(world, name, settings)
+        result = reoptimise(snap, pol, max_moves=max_moves, frozen=frozen)
+        moves.extend(result.moves)
+        if pol.lock_on_demand:
+            unlocks.extend(uid for uid in snap.unlockable() if uid not in frozen)
+    return Reoptimised(tuple(moves), tuple(unlocks))
+
+
+def no_fit_category(reason: str) -> str:
+    """A short, bounded label for a no-fit reason (metrics and condition reasons)."""
+    text = reason.lower()
+    if reason.startswith(UNDECIDABLE_PREFIX):
+        return UNDECIDABLE
+    if text.startswith("insufficient gpus"):
+        return "InsufficientGPUs"
+    if text.startswith("priority protection"):
+        return "PriorityProtection"
+    if "profile" in text:
+        return "NoProfile"
+    return "Other"
+
+
+def _with_decisions(world: World, settings: Settings, decided: Decided) -> tuple[Snapshot, set[str]]:
+    """A snapshot of ``world`` with ``decided``'s decisions and locks assumed (for a Decided without one)."""
+    snap, _ = snapshot(world, settings)
+    gangs = {g.uid: g for g in world.gangs}
+    fresh: set[str] = set()
+    for uid, decision in sorted(decided.results.items()):
+        gang = gangs.get(uid)
+        if isinstance(decision, Decision) and gang is not None and gang.profile is not None and uid not in snap.placed:
+            try:
+                commit(snap, gang.core_gang(), decision)
+            except InvalidInput:
+                continue  # decide() assumed it on its own snapshot; nothing new can fail here
+            fresh.add(uid)
+    for uid in decided.locks:
+        if uid in snap.placed:
+            snap.lock(uid)
+    return snap, fresh

@@ -1,0 +1,50 @@
+"""Status of the cluster-scoped objects a cycle keeps: our AdmissionChecks (Active) and QueuePolicies. PURE."""
+
+from __future__ import annotations
+
+from volcano_metronome import api
+from volcano_metronome.controller import objects
+from volcano_metronome.controller.deciding import Decided
+from volcano_metronome.controller.queuepolicy import QueuePolicyView
+from volcano_metronome.controller.views import World
+from volcano_metronome.controller.writes import StatusPatch
+from volcano_metronome.core.decision import Decision
+
+
+def admission_checks_active(world: World, now_s: float) -> list[StatusPatch]:
+    """Mark our AdmissionChecks Active (Kueue holds Workloads behind a check with no active controller)."""
+    out = []
+    for ac in world.admission_checks:
+        if objects.name(ac) not in world.our_checks or objects.condition_true(ac, "Active"):
+            continue
+        conds = objects.set_condition((ac.get("status") or {}).get("conditions") or [], "Active", "True", "Active",
+                                      f"{api.ADMISSION_CHECK_CONTROLLER} is running", now_s,
+                                      int(objects.meta(ac).get("generation") or 0))
+        out.append(StatusPatch("AdmissionCheck", objects.name(ac), {"conditions": conds}))
+    return out
+
+
+def policy_statuses(world: World, decided: Decided, now_s: float) -> list[StatusPatch]:
+    """Each QueuePolicy's status: generation seen, pending and placed gangs, Ready."""
+    out = []
+    for view in world.policies:
+        governed = [g for g in world.gangs if g.policy == view.name and not g.finished]
+        placed = sum(1 for g in governed if g.placed or isinstance(decided.results.get(g.uid), Decision))
+        pending = len(governed) - placed
+        out_status = policy_status(view, pending, placed, now_s)
+        if out_status is not None:
+            out.append(out_status)
+    return out
+
+
+def policy_status(view: QueuePolicyView, pending: int, placed: int, now_s: float) -> StatusPatch | None:
+    """One QueuePolicy's status patch (None when it says so already)."""
+    ready = ("False", "Invalid", view.error) if view.error else ("True", "Valid", "policy in effect")
+    prior = view.status
+    conds = objects.set_condition(prior.get("conditions") or [], "Ready", ready[0], ready[1], ready[2], now_s,
+                                  view.generation)
+    if (prior.get("observedGeneration") == view.generation and prior.get("pendingGangs") == pending
+            and prior.get("placedGangs") == placed and objects.same_conditions(conds, prior.get("conditions") or [])):
+        return None
+    return StatusPatch("QueuePolicy", view.name, {"observedGeneration": view.generation, "pendingGangs": pending,
+                                                  "placedGangs": placed, "conditions": conds})
