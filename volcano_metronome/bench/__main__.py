@@ -9,6 +9,7 @@ BENCHMARKS = {
     "decide": "one scheduling decision on a large leaf-spine cluster",
     "webhook": "admission latency and throughput of the real TLS server",
     "controller": "gangs ungated per second against a real kube-apiserver",
+    "pipeline": "submission to bound, Volcano or Kueue alone and with metronome, on the local stack",
 }
 
 
