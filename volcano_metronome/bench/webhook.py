@@ -40,6 +40,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from volcano_metronome import api
+from volcano_metronome.bench import profile
 
 HEADERS_END = b"\r\n\r\n"
 
@@ -56,6 +57,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--threads", type=int, default=4, help="threads per server worker (default 4)")
     parser.add_argument("--access-log", choices=("file", "off"), default="file",
                         help="server access log to a file (default, as deployed) or off")
+    parser.add_argument("--profile", metavar="DIR",
+                        help="sample the server's processes with py-spy (on PATH) during the measured seconds; "
+                             "writes DIR/flame.svg and DIR/stacks.txt and adds the top frames to the output")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     return parser
 
@@ -75,6 +79,8 @@ def main(argv: Sequence[str]) -> int:
         port = _free_port()
         server = _start_server(tmp, port, args)
         result = _drive(port, ca_pem, args, server.pid)
+        if args.profile:
+            result["profile"] = profile.summary(pathlib.Path(args.profile))
     except RuntimeError as exc:
         print(f"bench webhook: {exc}", file=sys.stderr)
         return 2
@@ -344,8 +350,10 @@ def _drive(port: int, ca_pem: bytes, args: argparse.Namespace, server_pid: int) 
     server_cpu_before = _cpu_seconds(server_pid)
     t0_value.value = time.monotonic() + 0.05
     start.set()
+    samplers = profile.start(pathlib.Path(args.profile), server_pid, args.warmup, args.seconds) if args.profile else []
     outcomes = [results.get(timeout=args.warmup + args.seconds + 120) for _ in processes]
     server_cpu = _cpu_seconds(server_pid) - server_cpu_before
+    profile.finish(samplers)
     for process in processes:
         process.join(timeout=10)
     latencies = np.array([x for o in outcomes for x in o["latencies"]]) * 1000.0
