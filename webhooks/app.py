@@ -67,7 +67,7 @@ def create_app(context: Callable[[], Context], ready: Callable[[], bool] = lambd
         # POST /mutate skips Flask's request and response objects, context stacks and routing: they
         # cost more CPU than the admission decision (profile in docs/webhook.md). The rest goes to Flask.
         if environ.get("PATH_INFO") != "/mutate":
-            return flask_app(environ, start_response)  # type: ignore[no-any-return]
+            return flask_app(environ, start_response)
         if environ.get("REQUEST_METHOD") != "POST":
             status, payload = "405 METHOD NOT ALLOWED", _dumps({"error": "only POST is served on /mutate"})
             start_response(status, [("Content-Type", JSON_TYPE), ("Content-Length", str(len(payload))),

@@ -104,7 +104,7 @@ def kueue_queues(arm: str, namespace: str, gpus: int) -> tuple[list[JSON], JSON]
 # ------------------------------------------------------------------------------------------ metrics
 def samples(text: str, metric: str) -> list[tuple[Mapping[str, str], float]]:
     """Every sample of ``metric`` (its full sample name, e.g. ``apiserver_request_total``) in exposition text."""
-    found = []
+    found: list[tuple[Mapping[str, str], float]] = []
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
             if sample.name == metric:
