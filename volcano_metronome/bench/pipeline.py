@@ -39,7 +39,7 @@ from volcano_metronome.bench import workload
 from volcano_metronome.bench.workload import JSON, Shape
 from volcano_metronome.devtools import probes
 from volcano_metronome.devtools.apply import ApiClient
-from volcano_metronome.devtools.fabric import Layout
+from volcano_metronome.devtools.fabric import GPU_RESOURCE, Layout
 from volcano_metronome.devtools.stack import Stack
 
 # The components each scheduler's arms need (Volcano brings its own scheduler; Kueue admits, kube-scheduler binds).
@@ -121,7 +121,8 @@ def _progress(message: str) -> None:
 # ------------------------------------------------------------------------------------------ measure
 def measure(stack: Stack, shape: Shape, args: argparse.Namespace, seed: int) -> JSON:
     """Every round of both arms on ``stack``; the figures as a dict."""
-    missing = [name for name in NEEDS[shape.scheduler] if name not in stack.running() or not stack.running()[name]]
+    running = stack.running()
+    missing = [name for name in NEEDS[shape.scheduler] if not running.get(name)]
     if missing:
         raise RuntimeError(f"the stack in {stack.directory} does not run {', '.join(missing)}")
     client = ApiClient.from_kubeconfig(stack.kubeconfig_path)
@@ -154,8 +155,6 @@ def measure(stack: Stack, shape: Shape, args: argparse.Namespace, seed: int) -> 
 
 
 def _gpus(k: kube.Kube) -> int:
-    from volcano_metronome.devtools.fabric import GPU_RESOURCE
-
     return sum(int((node.get("status") or {}).get("allocatable", {}).get(GPU_RESOURCE, 0))
                for node in k.list(kube.NODES)["items"])
 
