@@ -163,6 +163,11 @@ def _start_volcano(tmp: pathlib.Path) -> tuple[Any, int, bytes, int]:
 
     stack = Stack(tmp / "stack", components=("volcano-webhook",), required=("volcano-webhook",))
     stack.start(lambda message: print(f"[bench webhook] {message}", file=sys.stderr, flush=True))
+    from volcano_metronome.devtools.apply import ApiClient
+
+    # The reviews' namespace: Volcano's PodGroup admission reads it from the API server.
+    ApiClient.from_kubeconfig(stack.kubeconfig_path).apply({"apiVersion": "v1", "kind": "Namespace",
+                                                            "metadata": {"name": "ml"}})
     ca_pem = (tmp / "stack" / "volcano-webhook" / "certs" / "ca.crt").read_bytes()
     return stack, stack.port("volcano-webhook"), ca_pem, stack.records()["volcano-webhook"].pid
 
