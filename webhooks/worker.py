@@ -109,6 +109,38 @@ class Paced:
                 continue
 
 
+class Coalesced:
+    """The connection as a response writes to it: gunicorn sends the headers and the body in two
+    writes (two TLS records, two syscalls); collected here and sent in one, when the request is done
+    or when ``FLUSH_BYTES`` have gathered."""
+
+    FLUSH_BYTES = 256 * 1024
+
+    def __init__(self, sock: ssl.SSLSocket) -> None:
+        self.sock = sock
+        self.parts: list[bytes] = []
+        self.size = 0
+
+    def sendall(self, data: bytes) -> None:
+        """Keep ``data`` for the next flush (sent at once past ``FLUSH_BYTES``)."""
+        self.parts.append(bytes(data))
+        self.size += len(data)
+        if self.size >= self.FLUSH_BYTES:
+            self.flush()
+
+    def flush(self) -> None:
+        """Send what was kept, in one write."""
+        if self.parts:
+            data = b"".join(self.parts)
+            self.parts, self.size = [], 0
+            self.sock.sendall(data)
+
+    def __getattr__(self, name: str) -> Any:
+        # Anything else (shutdown, close, fileno ...) acts on the connection after what was kept is sent.
+        self.flush()
+        return getattr(self.sock, name)
+
+
 class WebhookWorker(GeventWorker):  # type: ignore[misc]  # gunicorn ships no type hints
     """gevent worker that does TLS itself (per-connection context) and bounds every phase in time."""
 
@@ -123,6 +155,8 @@ class WebhookWorker(GeventWorker):  # type: ignore[misc]  # gunicorn ships no ty
         tls: ssl.SSLSocket | None = None
         try:
             client.setblocking(True)
+            # Responses go out whole (Coalesced); without Nagle they are not held back for an ACK.
+            client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             tls = self._handshake(client)
             conn = Paced(tls, float(self.cfg.keepalive), lambda: bool(self.alive))
             parser = http.RequestParser(self.cfg, conn, addr)
@@ -134,7 +168,11 @@ class WebhookWorker(GeventWorker):  # type: ignore[misc]  # gunicorn ships no ty
                     break
                 req.scheme = "https"
                 conn.body()
-                self.handle_request(listener_name, req, tls, addr)
+                out = Coalesced(tls)
+                try:
+                    self.handle_request(listener_name, req, out, addr)
+                finally:
+                    out.flush()
                 if conn.expired:  # the app answered a body that ran out of time (400): no more requests here
                     raise Expired(conn.expired)
                 if not _drained(req):

@@ -35,3 +35,15 @@ def test_benchmark_prints_its_json():
     figures = json.loads(result.stdout)
     assert {"rps_target", "rps_achieved", "p50_ms", "p99_ms", "p999_ms", "errors"} <= set(figures)
     assert figures["rps_target"] == 100.0 and figures["errors"] == 0 and figures["requests"] == 50
+
+
+def test_the_volcano_mix_goes_to_each_kinds_path_on_volcanos_server_and_to_mutate_on_ours():
+    theirs, ours = request_bodies("volcano", "volcano"), request_bodies("volcano", "ours")
+    assert len(theirs) == len(ours) == 6
+    kinds = [json.loads(raw.partition(b"\r\n\r\n")[2])["request"]["kind"]["kind"] for raw in theirs]
+    assert sorted(kinds) == ["Job", "Pod", "Pod", "Pod", "Pod", "PodGroup"]
+    paths = {kind: raw.split(b" ", 2)[1].split(b"?")[0].decode() for kind, raw in zip(kinds, theirs)}
+    assert paths == {"Job": "/jobs/mutate", "PodGroup": "/podgroups/mutate", "Pod": "/pods/mutate"}
+    assert all(raw.startswith(b"POST /mutate?") for raw in ours)
+    # The same reviews either way: only the request line differs.
+    assert [raw.partition(b"\r\n\r\n")[2] for raw in theirs] == [raw.partition(b"\r\n\r\n")[2] for raw in ours]

@@ -10,6 +10,7 @@ BENCHMARKS = {
     "cycle": "one controller cycle (events, snapshot, decisions, plan) on a large cluster",
     "webhook": "admission latency and throughput of the real TLS server",
     "controller": "gangs ungated per second against a real kube-apiserver",
+    "pipeline": "submission to bound, Volcano or Kueue alone and with metronome, on the local stack",
 }
 
 

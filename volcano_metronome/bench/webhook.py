@@ -40,6 +40,8 @@ from typing import Any, Sequence
 import numpy as np
 
 from volcano_metronome import api
+from volcano_metronome.core.errors import MetronomeError
+from volcano_metronome.bench import profile
 
 HEADERS_END = b"\r\n\r\n"
 
@@ -56,6 +58,15 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--threads", type=int, default=4, help="threads per server worker (default 4)")
     parser.add_argument("--access-log", choices=("file", "off"), default="file",
                         help="server access log to a file (default, as deployed) or off")
+    parser.add_argument("--server", choices=("ours", "volcano"), default="ours",
+                        help="the server under load: ours (default) or Volcano's vc-webhook-manager, started on a local "
+                             "control plane (needs the e2e programs); volcano implies --mix volcano")
+    parser.add_argument("--mix", choices=("default", "volcano"), default="default",
+                        help="default: our mix of 12; volcano: only what both webhooks handle (Volcano Job, PodGroup, "
+                             "4 pods of a Volcano Job per 6 requests)")
+    parser.add_argument("--profile", metavar="DIR",
+                        help="sample the server's processes with py-spy (on PATH) during the measured seconds; "
+                             "writes DIR/flame.svg and DIR/stacks.txt and adds the top frames to the output")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     return parser
 
@@ -70,17 +81,28 @@ def main(argv: Sequence[str]) -> int:
     args.connections = max(args.connections, args.generators)
     tmp = pathlib.Path(tempfile.mkdtemp(prefix="metronome-bench-webhook-"))
     server: subprocess.Popen[bytes] | None = None
+    if args.server == "volcano":
+        args.mix = "volcano"
+    stack: Any = None
     try:
-        ca_pem = _certificates(tmp)
-        port = _free_port()
-        server = _start_server(tmp, port, args)
-        result = _drive(port, ca_pem, args, server.pid)
-    except RuntimeError as exc:
+        if args.server == "volcano":
+            stack, port, ca_pem, pid = _start_volcano(tmp)
+        else:
+            ca_pem = _certificates(tmp)
+            port = _free_port()
+            server = _start_server(tmp, port, args)
+            pid = server.pid
+        result = _drive(port, ca_pem, args, pid)
+        if args.profile:
+            result["profile"] = profile.summary(pathlib.Path(args.profile))
+    except (RuntimeError, OSError, MetronomeError) as exc:
         print(f"bench webhook: {exc}", file=sys.stderr)
         return 2
     finally:
         if server is not None:
             _stop(server)
+        if stack is not None:
+            stack.stop()
         shutil.rmtree(tmp, ignore_errors=True)
     if args.json:
         print(json.dumps(result))
@@ -135,6 +157,21 @@ def _start_server(tmp: pathlib.Path, port: int, args: argparse.Namespace) -> sub
     raise RuntimeError("server not ready within 30 s")
 
 
+def _start_volcano(tmp: pathlib.Path) -> tuple[Any, int, bytes, int]:
+    """etcd, kube-apiserver and vc-webhook-manager (``devtools.stack``, registrations included); its port, CA, pid."""
+    from volcano_metronome.devtools.stack import Stack
+
+    stack = Stack(tmp / "stack", components=("volcano-webhook",), required=("volcano-webhook",))
+    stack.start(lambda message: print(f"[bench webhook] {message}", file=sys.stderr, flush=True))
+    from volcano_metronome.devtools.apply import ApiClient
+
+    # The reviews' namespace: Volcano's PodGroup admission reads it from the API server.
+    ApiClient.from_kubeconfig(stack.kubeconfig_path).apply({"apiVersion": "v1", "kind": "Namespace",
+                                                            "metadata": {"name": "ml"}})
+    ca_pem = (tmp / "stack" / "volcano-webhook" / "certs" / "ca.crt").read_bytes()
+    return stack, stack.port("volcano-webhook"), ca_pem, stack.records()["volcano-webhook"].pid
+
+
 def _client_context_from_file(tmp: pathlib.Path) -> ssl.SSLContext:
     context = ssl.create_default_context()
     context.check_hostname = False
@@ -171,8 +208,13 @@ def _cpu_seconds(pid: int) -> float:
 
 
 # ------------------------------------------------------------------------------------------ load
-def request_bodies() -> list[bytes]:
-    """The request mix, as complete HTTP/1.1 requests: 6 gated pods, 2 unmanaged pods, 4 gang objects."""
+# Where vc-webhook-manager serves each kind (its chart's registrations); ours serves all at /mutate.
+VOLCANO_PATHS = {"Job": "/jobs/mutate", "PodGroup": "/podgroups/mutate", "Pod": "/pods/mutate"}
+
+
+def request_bodies(mix: str = "default", server: str = "ours") -> list[bytes]:
+    """The request mix, as complete HTTP/1.1 requests: 6 gated pods, 2 unmanaged pods, 4 gang objects
+    (``default``), or a Volcano Job, a PodGroup and 4 of its pods (``volcano``), to ``server``'s paths."""
     profile = {api.MODEL: "resnet50"}
     resolved = {api.PROFILE: '{"period_ms":200,"windows":[{"start_ms":176,"len_ms":24,"gbps":80}],"jitter_ms":2}',
                 api.PROFILE_SOURCE: "catalog", api.GANG_SIZE: "8"}
@@ -211,8 +253,11 @@ def request_bodies() -> list[bytes]:
                 "spec": {"queueName": "user-queue", "podSets": [
                     {"name": "main", "count": 4, "template": {**template, "metadata": {"annotations": resolved}}}]}}
     objects = [gated, gated, gated, job, gated, plain, group, gated, batch, gated, plain, workload]
+    if mix == "volcano":
+        objects = [gated, job, gated, group, gated, gated]
     bodies = []
     for index, obj in enumerate(objects):
+        path = VOLCANO_PATHS[obj["kind"]] if server == "volcano" else "/mutate"
         group_name, _, version = obj["apiVersion"].rpartition("/")
         review = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
             "uid": f"bench-{index}", "kind": {"group": group_name, "version": version, "kind": obj["kind"]},
@@ -220,20 +265,21 @@ def request_bodies() -> list[bytes]:
             "namespace": "ml", "operation": "CREATE", "userInfo": {"username": "system:serviceaccount:x:y"},
             "object": obj, "oldObject": None, "dryRun": False}}
         payload = json.dumps(review, separators=(",", ":")).encode()
-        bodies.append(b"POST /mutate?timeout=10s HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
-                      b"Accept: application/json\r\nContent-Length: %d\r\n\r\n%s" % (len(payload), payload))
+        bodies.append(b"POST %s?timeout=10s HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
+                      b"Accept: application/json\r\nContent-Length: %d\r\n\r\n%s" % (path.encode(), len(payload), payload))
     return bodies
 
 
 def _generate(port: int, ca_pem: bytes, rps: float, total_connections: int, first_connection: int, connections: int,
-              warmup: float, seconds: float, ready: Any, start: Any, t0_value: Any, results: Any) -> None:
+              warmup: float, seconds: float, ready: Any, start: Any, t0_value: Any, results: Any, mix: str = "default",
+              server: str = "ours") -> None:
     """One load-generator process: ``connections`` threads, each with one TLS keep-alive connection."""
     context = ssl.create_default_context(cadata=ca_pem.decode())
-    bodies = request_bodies()
+    bodies = request_bodies(mix, server)
     latencies: list[list[float]] = [[] for _ in range(connections)]
     errors = [0] * connections
     sent = [0] * connections
-    sockets: list[ssl.SSLSocket | None] = [_connect(port, context) for _ in range(connections)]
+    sockets: list[ssl.SSLSocket | None] = [_connect(port, context, bodies[0]) for _ in range(connections)]
     ready.put(os.getpid())
     start.wait()
     t0 = t0_value.value
@@ -260,7 +306,7 @@ def _generate(port: int, ca_pem: bytes, rps: float, total_connections: int, firs
             k += 1
             try:
                 if tls is None:
-                    tls = _connect(port, context)
+                    tls = _connect(port, context, bodies[0])
                 tls.sendall(body)
                 ok = _read_response(tls)
             except (OSError, ValueError):
@@ -291,14 +337,13 @@ def _generate(port: int, ca_pem: bytes, rps: float, total_connections: int, firs
                  "finished": last})
 
 
-def _connect(port: int, context: ssl.SSLContext) -> ssl.SSLSocket:
-    """A TLS connection that has served one request (as the API server's pooled connections have: gunicorn
-    lends a thread to a new connection until its first request arrives)."""
+def _connect(port: int, context: ssl.SSLContext, first: bytes) -> ssl.SSLSocket:
+    """A TLS connection that has served one request, ``first`` (as the API server's pooled connections have)."""
     raw = socket.create_connection(("127.0.0.1", port), timeout=10)
     raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     tls = context.wrap_socket(raw, server_hostname="localhost")
-    tls.sendall(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n")
-    _read_response(tls, b"ok")
+    tls.sendall(first)
+    _read_response(tls)
     return tls
 
 
@@ -335,7 +380,7 @@ def _drive(port: int, ca_pem: bytes, args: argparse.Namespace, server_pid: int) 
     firsts = [sum(per[:i]) for i in range(args.generators)]
     processes = [ctx.Process(target=_generate, daemon=True,
                              args=(port, ca_pem, args.rps, args.connections, firsts[i], per[i], args.warmup,
-                                   args.seconds, ready, start, t0_value, results))
+                                   args.seconds, ready, start, t0_value, results, args.mix, args.server))
                  for i in range(args.generators)]
     for process in processes:
         process.start()
@@ -344,8 +389,10 @@ def _drive(port: int, ca_pem: bytes, args: argparse.Namespace, server_pid: int) 
     server_cpu_before = _cpu_seconds(server_pid)
     t0_value.value = time.monotonic() + 0.05
     start.set()
+    samplers = profile.start(pathlib.Path(args.profile), server_pid, args.warmup, args.seconds) if args.profile else []
     outcomes = [results.get(timeout=args.warmup + args.seconds + 120) for _ in processes]
     server_cpu = _cpu_seconds(server_pid) - server_cpu_before
+    profile.finish(samplers)
     for process in processes:
         process.join(timeout=10)
     latencies = np.array([x for o in outcomes for x in o["latencies"]]) * 1000.0
@@ -375,6 +422,8 @@ def _drive(port: int, ca_pem: bytes, args: argparse.Namespace, server_pid: int) 
         "generator_cpu_ms_per_request": round(generator_cpu * 1000.0 / max(completed + errors, 1), 3),
         "cpu_count": os.cpu_count(),
         "access_log": args.access_log,
-        "mix": "6 gated pods, 2 unmanaged pods, Volcano Job, PodGroup, Kueue Job, Workload per 12 requests",
+        "server": args.server,
+        "mix": ("6 gated pods, 2 unmanaged pods, Volcano Job, PodGroup, Kueue Job, Workload per 12 requests"
+                if args.mix == "default" else "4 gated pods of a Volcano Job, the Volcano Job, a PodGroup per 6 requests"),
     }
 

@@ -1,0 +1,50 @@
+"""``bench pipeline`` runs both arms on the e2e stack and prints the promised JSON (its targets are not asserted)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from volcano_metronome.bench import pipeline, workload
+from volcano_metronome.devtools.stack import Stack
+
+pytestmark = pytest.mark.e2e
+ARM_KEYS = {"complete", "gangs_bound", "pods_bound", "span_s", "gangs_per_s", "p50_s", "p99_s", "max_s", "submit_s",
+            "writes", "writes_per_pod", "cpu_s", "controller", "loadavg_before", "loadavg_after"}
+
+
+@pytest.mark.parametrize("scheduler", workload.SCHEDULERS)
+def test_pipeline_benchmark_measures_both_arms(stack: Stack, scheduler: str, capsys: pytest.CaptureFixture[str]) -> None:
+    gangs, size = 2, 3
+    status = pipeline.main(["--scheduler", scheduler, "--gangs", str(gangs), "--size", str(size), "--seed", "7",
+                            "--timeout", "180", "--json", "--stack-dir", str(stack.directory)])
+    out, err = capsys.readouterr()
+    assert status == 0, err
+    result = json.loads(out)
+    assert (result["scheduler"], result["pods_per_arm"], result["seed"]) == (scheduler, gangs * size, 7)
+    (entry,) = result["rounds"]
+    assert sorted(entry["order"]) == sorted(workload.ARMS)
+    for arm in workload.ARMS:
+        figures = entry[arm]
+        assert set(figures) == ARM_KEYS, arm
+        # Every gang had every pod bound, and each latency lies within the arm's span.
+        assert figures["complete"] and figures["gangs_bound"] == gangs and figures["pods_bound"] == gangs * size
+        assert 0 < figures["p50_s"] <= figures["p99_s"] <= figures["max_s"] <= figures["span_s"]
+        assert figures["gangs_per_s"] == pytest.approx(gangs / figures["span_s"], rel=0.01)
+        # The API server saw at least the gangs' creations, a binding and a status write per pod.
+        by_resource = figures["writes"]["by_resource"]
+        assert by_resource["jobs"] >= gangs and by_resource["pods/binding"] == gangs * size
+        assert figures["writes"]["workload"] <= figures["writes"]["total"]
+        assert figures["cpu_s"]["kube-apiserver"] > 0 and all(v >= 0 for v in figures["cpu_s"].values())
+    # Only the metronome arm is managed: the controller wrote claims, and pinned (patched) every pod.
+    assert "stbandwidthclaims" in entry["metronome"]["writes"]["by_resource"]
+    assert "stbandwidthclaims" not in entry["alone"]["writes"]["by_resource"]
+    assert entry["metronome"]["controller"]["cycles"] >= 1
+    assert set(entry["ratios"]) == {"throughput", "p99", "extra_writes_per_pod"}
+    assert entry["ratios"]["extra_writes_per_pod"]["value"] > 0
+    # The webhook is registered again afterwards, for the tests that follow.
+    from volcano_metronome.devtools import probes
+    from volcano_metronome.devtools.apply import ApiClient
+
+    assert probes.webhook_mutates_podgroups(ApiClient.from_kubeconfig(stack.kubeconfig_path))
