@@ -280,7 +280,9 @@ def test_helm_install_upgrade_uninstall(client: ApiClient, control_plane: Contro
         before = client.get(deployment)["spec"]["template"]["metadata"]["annotations"]["checksum/config"]
         configuration = client.get({"apiVersion": "admissionregistration.k8s.io/v1",
                                     "kind": "MutatingWebhookConfiguration", "metadata": {"name": full}})
-        assert len(configuration["webhooks"]) == 6
+        # Volcano Jobs, PodGroups, batch Jobs, training jobs (JobSet, PyTorchJob, MPIJob), pods, Kueue's pods
+        # and Workloads: templates/mutatingwebhookconfiguration.yaml
+        assert len(configuration["webhooks"]) == 7
         assert client.get({"apiVersion": api.API_VERSION, "kind": "QueuePolicy", "metadata": {"name": policy}})
         upgraded = _helm_cli(control_plane, "upgrade", release, str(CHART), "-n", namespace, "--no-hooks", *values,
                              "--set", "controller.config.slotMs=10")
