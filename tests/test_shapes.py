@@ -25,6 +25,8 @@ BAD_PROFILES: list[tuple[dict[str, Any], str, Any]] = [
     ({"model": "no-such-model"}, ".model", "no-such-model"),
     ({"period_ms": 100, "windows": [WINDOW]}, ".period_ms", None),  # snake_case: named as an unknown key
     ({"periodMs": 100, "windows": [{"start_ms": 0, "lenMs": 20, "gbps": 10}]}, ".windows[0].start_ms", None),
+    ({"periodMs": 100, "windows": [WINDOW], "collective": "tree"}, ".collective", "tree"),
+    ({"periodMs": 100, "windows": [WINDOW], "collective": "All-To-All"}, ".collective", "All-To-All"),
 ]
 
 
@@ -75,6 +77,32 @@ def test_a_model_default_profile_is_the_catalog_profile_at_the_line_rate_on_both
     controller = queuepolicy.parse({"metadata": {"name": "p"}, "spec": {"defaultProfile": {"model": "resnet50"}}},
                                    SlotGrid(), 200.0)
     assert controller.default_profile == webhook.namespace_defaults["team"]
+
+
+def test_collective_reads_the_same_on_every_path_and_round_trips_through_the_claim() -> None:
+    explicit = {"periodMs": 100, "windows": [WINDOW], "collective": "all-to-all"}
+    webhook = parse_settings({"namespaceDefaults": {"team": explicit}}).namespace_defaults["team"]
+    controller = queuepolicy.parse({"metadata": {"name": "p"}, "spec": {"defaultProfile": explicit}}, SlotGrid(),
+                                   100.0).default_profile
+    claim = objects.profile_from_spec(explicit, "spec.profile")
+    assert webhook == controller == claim and claim.collective == "all-to-all"
+    # What the controller writes into a claim it creates carries it, and reads back the same.
+    spec = objects.profile_to_spec(claim)
+    assert spec["collective"] == "all-to-all" and objects.profile_from_spec(spec, "spec.profile") == claim
+    # Omitted means ring, as the CRDs default it; a ring profile is written as before (no key).
+    ring = objects.profile_from_spec({"periodMs": 100, "windows": [WINDOW]}, "spec.profile")
+    assert ring.collective == "ring" and "collective" not in objects.profile_to_spec(ring)
+    assert objects.profile_from_spec({**explicit, "collective": "ring"}, "spec.profile") == ring
+
+
+@pytest.mark.parametrize("model", ["moe-gpt", "dlrm-a2a"])
+def test_an_all_to_all_model_keeps_its_collective_with_a_jitter_override(model: str) -> None:
+    webhook = parse_settings({"lineRateGbps": 200, "namespaceDefaults": {"team": {"model": model, "jitterMs": 1}}})
+    controller = queuepolicy.parse({"metadata": {"name": "p"}, "spec": {"defaultProfile": {"model": model}}},
+                                   SlotGrid(), 200.0).default_profile
+    assert controller is not None and controller.collective == "all-to-all"
+    profile = webhook.namespace_defaults["team"]
+    assert profile.collective == "all-to-all" and profile.jitter_ms == 1.0
 
 
 @pytest.mark.parametrize("op,values,labels,expected", [

@@ -38,6 +38,16 @@ def test_model_with_jitter_override():
     assert isinstance(request, Explicit) and request.profile.jitter_ms == 5.0
 
 
+@pytest.mark.parametrize("model", ["moe-gpt", "dlrm-a2a"])
+def test_an_all_to_all_model_keeps_its_collective_through_the_jitter_override_and_the_resolved_annotation(model):
+    request = read({api.MODEL: model, api.JITTER_MS: "1"}, line_rate=200.0)
+    assert isinstance(request, Explicit) and request.profile.collective == "all-to-all"
+    assert request.profile.jitter_ms == 1.0
+    assert request.profile.windows == CATALOG.get(model).profile(200.0).windows
+    # What the webhook writes to metronome.dev/profile (and the controller reads) says so too.
+    assert read_resolved({api.PROFILE: profile_json(request.profile)}) == Explicit(request.profile, "annotation")
+
+
 def test_period_and_windows():
     request = read({api.PERIOD_MS: "100", api.WINDOWS: '[{"start_ms": 60, "len_ms": 40, "gbps": 50}]',
                     api.JITTER_MS: "1.5"})

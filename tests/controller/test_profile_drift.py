@@ -100,6 +100,23 @@ def test_adopt_plans_with_the_measured_profile_and_republishes_the_period() -> N
     assert "adoptedProfile" not in status and status["periodMs"] == before["periodMs"]
 
 
+def test_an_all_to_all_gang_keeps_its_collective_in_its_claim_and_when_a_measured_profile_is_adopted() -> None:
+    f = FakeApi()
+    for i in range(3):
+        f.put(kube.NODES, b.node(f"n{i}", gpus=8, rack="r0"))
+    f.put(kube.QUEUE_POLICIES, b.queue_policy("p", profilePolicy="adopt"))
+    declared = {**DECLARED, "collective": "all-to-all"}
+    f.put(kube.PODGROUPS, b.podgroup(NS, "a", 3, gpus=4, profile=declared))
+    for p in b.gang_pods(NS, "a", 3, gpus=4, profile=declared):
+        f.put(kube.PODS, p)
+    converge(f)
+    assert claim(f)["spec"]["profile"]["collective"] == "all-to-all"
+    measure(f, SLOWER)  # the node agent measures timing only: no collective in it
+    converge(f, NOW + 1)
+    adopted = claim(f)["status"]["adoptedProfile"]
+    assert adopted["periodMs"] == 300.0 and adopted["collective"] == "all-to-all"
+
+
 def test_what_moved_names_period_duty_and_rate() -> None:
     base = Profile(100.0, (Window(80.0, 20.0, 10.0),))
     tol = Tolerance()

@@ -11,13 +11,18 @@ def occupancy(rates: np.ndarray, offset: int, hyper: int) -> np.ndarray:
     return np.array([rates[(t - offset) % period] for t in range(hyper)], dtype=np.int64)
 
 
+def carried(rate, multiplier):
+    """What a link carries for a per-worker ``rate`` at ``multiplier``: the product, to the nearest whole Mbps."""
+    return int(round(float(rate) * float(multiplier)))
+
+
 def fits(base, capacity, multiplier, guarded):
     links, hyper = base.shape
     out = []
     for o in range(len(guarded)):
         occ = occupancy(guarded, o, hyper)
         # Only the slots the gang sends in count: overload it does not touch is not its doing.
-        ok = all(base[l, t] + occ[t] * multiplier[l] <= capacity[l]
+        ok = all(base[l, t] + carried(occ[t], multiplier[l]) <= capacity[l]
                  for l in range(links) for t in range(hyper) if occ[t] > 0)
         out.append(ok)
     return np.array(out)
@@ -31,7 +36,7 @@ def added_overflow(base, capacity, multiplier, rates):
         for l in range(links):
             for t in range(hyper):
                 before = max(0, base[l, t] - capacity[l])
-                after = max(0, base[l, t] + occ[t] * multiplier[l] - capacity[l])
+                after = max(0, base[l, t] + carried(occ[t], multiplier[l]) - capacity[l])
                 out[l, o] += after - before
     return out
 
@@ -48,7 +53,7 @@ def damage(base, higher, capacity, multiplier, rates):
         for l in range(links):
             for t in range(hyper):
                 x0 = base[l, t]
-                x1 = x0 + occ[t] * multiplier[l]
+                x1 = x0 + carried(occ[t], multiplier[l])
                 out[l, o] += lost(higher[l, t], x1, capacity[l]) - lost(higher[l, t], x0, capacity[l])
     return out
 
@@ -58,7 +63,7 @@ def peak_utilisation(base, capacity, multiplier, rates):
     out = []
     for o in range(len(rates)):
         occ = occupancy(rates, o, hyper)
-        out.append(max((base[l, t] + occ[t] * multiplier[l]) / capacity[l] for l in range(links) for t in range(hyper)))
+        out.append(max((base[l, t] + carried(occ[t], multiplier[l])) / capacity[l] for l in range(links) for t in range(hyper)))
     return np.array(out)
 
 

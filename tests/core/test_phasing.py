@@ -19,7 +19,9 @@ def link_case(draw, with_higher=False):
     base = np.array(draw(st.lists(st.integers(0, 150), min_size=links * hyper, max_size=links * hyper)),
                     dtype=np.int64).reshape(links, hyper)
     capacity = np.array(draw(st.lists(st.integers(1, 200), min_size=links, max_size=links)), dtype=np.int64)
-    multiplier = np.array(draw(st.lists(st.integers(1, 2), min_size=links, max_size=links)), dtype=np.int64)
+    # Ring multipliers are 1; all-to-all ones are k (n - k) / (n - 1), whole or not.
+    multiplier = np.array(draw(st.lists(st.integers(2, 9).flatmap(lambda n: st.integers(1, n - 1).map(
+        lambda k: k * (n - k) / (n - 1))), min_size=links, max_size=links)))
     rates = np.array(draw(st.lists(st.sampled_from([0, 0, 10, 40, 100]), min_size=period, max_size=period)),
                      dtype=np.int64)
     higher = None

@@ -104,6 +104,7 @@ def test_claim_defaults() -> None:
             "gangRef": {"apiVersion": "batch/v1", "kind": "Job", "name": "j"}}
     defaulted = apply_defaults(spec_schema, spec)
     assert defaulted["priority"] == 0 and defaulted["profile"]["jitterMs"] == 0
+    assert defaulted["profile"]["collective"] == "ring"
 
 
 def test_invalid_cases_cover_every_kind_and_both_judges() -> None:

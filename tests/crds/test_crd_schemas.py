@@ -147,8 +147,10 @@ def test_profile_schemas_agree_between_claim_and_default_profile() -> None:
     default = _spec("QueuePolicy")["properties"]["defaultProfile"]
     for field in ("periodMs", "windows"):
         assert claim["properties"][field] == default["properties"][field], field
-    assert {k: v for k, v in claim["properties"]["jitterMs"].items() if k not in ("default", "description")} == {
-        k: v for k, v in default["properties"]["jitterMs"].items() if k != "description"}
+    for field in ("jitterMs", "collective"):  # the claim defaults them; a default profile may be a model instead
+        assert {k: v for k, v in claim["properties"][field].items() if k not in ("default", "description")} == {
+            k: v for k, v in default["properties"][field].items() if k != "description"}, field
+    assert claim["properties"]["collective"]["enum"] == ["ring", "all-to-all"]
     # The profile rules reappear in the default profile, guarded for the model form.
     claim_messages = {r["message"] for r in claim["x-kubernetes-validations"]}
     default_messages = {r["message"] for r in default["x-kubernetes-validations"]}

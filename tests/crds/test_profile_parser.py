@@ -37,6 +37,11 @@ PROFILES: list[dict[str, Any]] = [
     {"period_ms": 100, "windows": [W]},
     {"periodMs": 100, "windows": [{"start_ms": 0, "len_ms": 20, "gbps": 10}]},
     {"periodMs": 100, "windows": [W], "extra": 1},
+    {"periodMs": 100, "windows": [W], "collective": "ring"},
+    {"periodMs": 100, "windows": [W], "collective": "all-to-all"},
+    {"periodMs": 100, "windows": [W], "collective": "tree"},
+    {"periodMs": 100, "windows": [W], "collective": "All-To-All"},
+    {"periodMs": 100, "windows": [W], "collective": 1},
 ]
 
 

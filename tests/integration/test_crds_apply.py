@@ -30,6 +30,7 @@ from volcano_metronome import api
 from volcano_metronome.devtools.apply import FIELD_MANAGER, ApiClient, ApiError, load_manifests
 from volcano_metronome.devtools.controlplane import ControlPlane
 from volcano_metronome.devtools.sources import our_crd_files, upstream_crd_files
+from volcano_metronome.shapes.profiles import profile_from_spec
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 EXAMPLES = sorted((REPO / "crds" / "examples").glob("*.yaml"))
@@ -115,6 +116,10 @@ def test_examples_are_accepted_and_defaulted(client: ApiClient, namespace: str, 
         assert _contains(stored["spec"], obj["spec"])
         if obj["kind"] == "STBandwidthClaim":
             assert "jitterMs" in stored["spec"]["profile"] and "priority" in stored["spec"]
+            # The server defaults collective to ring and keeps all-to-all; the one parser reads either back.
+            collective = obj["spec"]["profile"].get("collective", "ring")
+            assert stored["spec"]["profile"]["collective"] == collective
+            assert profile_from_spec(stored["spec"]["profile"], "spec.profile").collective == collective
         if obj["kind"] == "QueuePolicy":
             assert stored["spec"]["ordering"] in ("StrictPriority", "FIFO", "PriorityWithAging")
             assert {"reoptimization", "maxCandidates", "overflowTolerance"} <= set(stored["spec"])

@@ -8,6 +8,8 @@ webhook accepts exactly what the scheduling core accepts.
 
 from __future__ import annotations
 
+import dataclasses
+
 import functools
 import json
 import re
@@ -80,7 +82,7 @@ def read_request(annotations: Mapping[str, Any], catalog: Catalog, line_rate_gbp
             entry = catalog.get(present[api.MODEL].strip(), field=at + api.MODEL)
             profile = entry.profile(line_rate_gbps)
             if jitter is not None:
-                profile = Profile(profile.period_ms, profile.windows, jitter)
+                profile = dataclasses.replace(profile, jitter_ms=jitter)  # keeps the model's collective
         except InvalidInput as exc:
             raise _renamed(exc, at, _MODEL_FORM_FIELDS, present) from None
         return Explicit(profile, "catalog")

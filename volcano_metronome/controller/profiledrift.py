@@ -198,6 +198,8 @@ def assess(world: World, queue_policies: Sequence[Mapping[str, Any]], settings: 
         except InvalidInput as exc:
             warnings.append(str(exc))
             measured = None
+        if measured is not None:  # timing is measured, the traffic pattern is not: the declared collective stands
+            measured = dataclasses.replace(measured, collective=gang.profile.collective)
         what = moved(gang.profile, measured, pol.tolerance) if measured is not None else ()
         drifted += bool(what)
         change = _condition(gang, claim, measured, what, pol, settings)

@@ -64,7 +64,7 @@ from volcano_metronome.core.grid import Pattern, dilate, lay_out
 from volcano_metronome.core.model import Gang, Policy
 from volcano_metronome.core.placement import Candidate, candidates
 from volcano_metronome.core.snapshot import Snapshot
-from volcano_metronome.core.traffic import loaded_links
+from volcano_metronome.core.traffic import loaded_links, scaled
 
 # Float noise allowance on the tolerance test (Mbps x slots).
 _EPS = 1e-6
@@ -263,7 +263,7 @@ def score_offsets(snapshot: Snapshot, gang: Gang, pattern: Pattern, nodes: np.nd
     fits = phasing.fits(peak_load, cap, mult, dilate(pattern.rates, pattern.guard_slots + policy.cushion_slots))
     peak = phasing.peak_utilisation(peak_load, cap, mult, pattern.rates)
     zeros = np.zeros(period)
-    if not len(snapshot.contended(links, mult * int(pattern.rates.max()))):
+    if not len(snapshot.contended(links, scaled(mult, int(pattern.rates.max())))):
         # The peaks fit together: no phase can overflow anything.
         return OffsetScores(fits, zeros, zeros.astype(np.int64), peak, np.ones(period, bool))
     per_link = phasing.added_overflow(base, cap, mult, pattern.rates)
@@ -317,7 +317,7 @@ def _lock(snapshot: Snapshot, gang: Gang, pattern: Pattern, nodes: np.ndarray, m
     """Whether the gang placed on ``nodes`` at an offset that overflows nowhere (or not) is locked; see the
     module docstring."""
     links, mult = loaded_links(snapshot.topology, nodes, members, gang.profile.collective)
-    extra = mult * int(pattern.rates.max())
+    extra = scaled(mult, int(pattern.rates.max()))
     neighbours = snapshot.neighbours(snapshot.contended(links, extra))
     if not policy.lock_on_demand:
         return _Lock(True, tuple(sorted(u for u in neighbours if not snapshot.placed[u].locked)), 0.0, 0.0)

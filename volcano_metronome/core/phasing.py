@@ -2,7 +2,7 @@
 
 Notation: ``L`` links, hyperperiod ``H`` slots, the gang's period ``P`` slots (``P`` divides ``H``).
 ``base`` is the current load of the links (Mbps, ``(L, H)``); the gang adds ``rates[(t - o) % P]``
-times the link's multiplier at slot ``t`` when it runs at offset ``o``.
+times the link's multiplier (to the nearest Mbps, ``core.traffic.scaled``) at slot ``t`` when it runs at offset ``o``.
 
 Folding ``base`` to ``(L, H/P, P)`` turns every question about offset ``o`` into a question about
 the residues ``(s + o) % P`` that the gang's windows cover, so each kernel is one pass over ``base``
@@ -15,6 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+
+from volcano_metronome.core.traffic import scaled
 
 
 @dataclass(frozen=True)
@@ -77,7 +79,7 @@ def fits(peak_load: np.ndarray, capacity: np.ndarray, multiplier: np.ndarray, gu
     ok = np.ones(peak_load.shape[1], dtype=bool)
     for run in runs(guarded):
         least = circular_window(headroom, run.start, run.length, np.minimum)
-        ok &= (least >= run.value * multiplier[:, None]).all(axis=0)
+        ok &= (least >= scaled(multiplier, run.value)[:, None]).all(axis=0)
     return ok
 
 
@@ -88,7 +90,7 @@ def peak_utilisation(peak_load: np.ndarray, capacity: np.ndarray, multiplier: np
     out = np.full(peak_load.shape[1], float(util.max(initial=0.0)))
     for run in runs(rates):
         top = circular_window(peak_load, run.start, run.length, np.maximum)
-        np.maximum(out, ((top + run.value * multiplier[:, None]) / capacity[:, None]).max(axis=0), out=out)
+        np.maximum(out, ((top + scaled(multiplier, run.value)[:, None]) / capacity[:, None]).max(axis=0), out=out)
     return out
 
 
@@ -100,7 +102,7 @@ def added_overflow(folded: np.ndarray, capacity: np.ndarray, multiplier: np.ndar
     out = np.zeros((folded.shape[0], folded.shape[2]), dtype=np.int64)
     pattern_runs = runs(rates)
     for value in sorted({r.value for r in pattern_runs}):
-        extra = (value * multiplier)[:, None, None]
+        extra = scaled(multiplier, value)[:, None, None]
         delta = np.maximum(folded + extra - cap, 0).sum(axis=1) - before
         for run in pattern_runs:
             if run.value == value:
@@ -125,7 +127,7 @@ def damage(folded: np.ndarray, higher: np.ndarray, capacity: np.ndarray, multipl
     out = np.zeros((folded.shape[0], folded.shape[2]))
     pattern_runs = runs(rates)
     for value in sorted({r.value for r in pattern_runs}):
-        delta = lost(folded + (value * multiplier)[:, None, None]).sum(axis=1) - before
+        delta = lost(folded + scaled(multiplier, value)[:, None, None]).sum(axis=1) - before
         for run in pattern_runs:
             if run.value == value:
                 out += circular_window_sum(delta, run.start, run.length)

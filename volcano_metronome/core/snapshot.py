@@ -20,7 +20,7 @@ from volcano_metronome.core.errors import InvalidInput
 from volcano_metronome.core.grid import Pattern, SlotGrid, lay_out
 from volcano_metronome.core.model import ClusterState, Gang
 from volcano_metronome.core.topology import Topology
-from volcano_metronome.core.traffic import loaded_links
+from volcano_metronome.core.traffic import loaded_links, scaled
 
 
 @dataclass(frozen=True, eq=False)
@@ -32,7 +32,7 @@ class Placed:
     nodes: np.ndarray
     members: np.ndarray
     links: np.ndarray
-    multiplier: np.ndarray
+    multiplier: np.ndarray  # exact, float (core.traffic.loaded_links)
     offset: int
     holds_gpus: bool
     locked: bool = True  # see core.model.Running
@@ -88,7 +88,7 @@ class Snapshot:
                 if out is None:
                     out = np.zeros((len(links), span), dtype=np.int64)
                 where = int(np.searchsorted(placed.links, link))
-                out[i] += placed.row(span) * placed.multiplier[where]
+                out[i] += scaled(placed.multiplier[where], placed.row(span))
         return out
 
     def assume(self, gang: Gang, nodes: np.ndarray, members: np.ndarray, offset: int,
@@ -158,11 +158,11 @@ class Snapshot:
         if not len(placed.links):
             return
         row = placed.row(self.hyperperiod)
-        self.load[placed.links] += (sign * placed.multiplier[:, None] * row[None, :]).astype(np.int32)
+        self.load[placed.links] += (sign * scaled(placed.multiplier[:, None], row[None, :])).astype(np.int32)
         # From the whole-number loads, not accumulated: any history of assumes and forgets that leaves the same
         # loads leaves the same means, to the bit (a snapshot kept across cycles ranks candidates as a fresh one).
         self.link_mean[placed.links] = self.load[placed.links].sum(axis=1, dtype=np.int64) / self.hyperperiod
-        self.link_peaks[placed.links] += sign * placed.multiplier * int(placed.pattern.rates.max())
+        self.link_peaks[placed.links] += sign * scaled(placed.multiplier, int(placed.pattern.rates.max()))
 
     def fold(self) -> None:
         """Shrink the hyperperiod to the least common multiple of the placed gangs' periods (after forgets)."""

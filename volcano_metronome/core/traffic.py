@@ -20,14 +20,14 @@ is symmetric). A single worker's NIC (k = 1) carries ``r`` as under the ring; a 
 a 16-worker gang carries ``64 / 15 = 4.3 r`` where the ring puts ``r``: that is how all-to-all loads
 uplinks more than a ring.
 
-The core works in whole Mbps, so :func:`loaded_links` rounds each multiplier *up* to an integer (the
-plan never counts less than the modelled load); :func:`link_shares` gives the exact multipliers,
-which the simulator's network carries.
+The core plans with the exact multipliers, as the simulator's network carries them: its loads are
+whole Mbps, so :func:`scaled` turns a per-worker rate into a link's load to the nearest Mbps (an
+error under 1 Mbps per gang on links of tens of Gbps). Rounding the multiplier itself up instead
+(1.6 -> 2, 2.29 -> 3) made the core see overflow where the model has none: two 6-node gangs
+sharing a rack 2 + 2 put 3,072 Gbps on a 3,200 Gbps uplink, which it counted as 3,840.
 """
 
 from __future__ import annotations
-
-import math
 
 import numpy as np
 
@@ -67,10 +67,14 @@ def link_shares(topology: Topology, nodes: np.ndarray, members: np.ndarray | Non
 
 def loaded_links(topology: Topology, nodes: np.ndarray, members: np.ndarray | None = None,
                  collective: str = RING) -> tuple[np.ndarray, np.ndarray]:
-    """Links loaded by a gang on ``nodes`` and the rate multiplier of each, rounded up to an integer.
+    """Links loaded by a gang on ``nodes`` and the exact rate multiplier of each (1.0 everywhere under a ring)."""
+    return link_shares(topology, nodes, members, collective)
 
-    The multiplier scales the per-worker window rate; under ring all-reduce it is 1 everywhere.
+
+def scaled(multiplier: np.ndarray | float, rate: np.ndarray | int) -> np.ndarray:
+    """The whole Mbps a link carries for a per-worker ``rate`` at ``multiplier``: the product to the nearest Mbps.
+
+    Every load the core adds or compares goes through here, so a gang's load on a link is the same
+    integer in the snapshot, the offset kernels and the contention test.
     """
-    links, shares = link_shares(topology, nodes, members, collective)
-    # The float noise of k (n - k) / (n - 1) must not round an exact integer up.
-    return links, np.array([math.ceil(s - 1e-9) for s in shares], dtype=np.int64)
+    return np.rint(np.multiply(multiplier, rate)).astype(np.int64)

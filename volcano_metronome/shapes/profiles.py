@@ -9,6 +9,7 @@ it (the CRDs' structural schemas prune unknown keys before the controller sees t
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any
 
@@ -19,12 +20,12 @@ from volcano_metronome.core.profile import Profile
 from volcano_metronome.shapes import JSON
 
 # camelCase keys of a profile in a settings file or a custom resource, and the names core.profile uses.
-_CAMEL = {"periodMs": "period_ms", "windows": "windows", "jitterMs": "jitter_ms"}
+_CAMEL = {"periodMs": "period_ms", "windows": "windows", "jitterMs": "jitter_ms", "collective": "collective"}
 _CAMEL_WINDOW = {"startMs": "start_ms", "lenMs": "len_ms", "gbps": "gbps"}
 
 
 def parse_profile(data: Any, where: str, catalog: Catalog, line_rate_gbps: float) -> Profile:
-    """A profile written as ``{model: NAME [, jitterMs]}`` or ``{periodMs, windows: [{startMs, lenMs, gbps}], jitterMs}``."""
+    """A profile written as ``{model: NAME [, jitterMs]}`` or ``{periodMs, windows: [{startMs, lenMs, gbps}], jitterMs, collective}``."""
     if isinstance(data, dict) and "model" in data:
         entries = fields.mapping(data, where, {"model", "jitterMs"})
         name = entries["model"]
@@ -32,7 +33,7 @@ def parse_profile(data: Any, where: str, catalog: Catalog, line_rate_gbps: float
         if "jitterMs" in entries:
             jitter = fields.number(entries["jitterMs"], f"{where}.jitterMs")
             try:
-                profile = Profile(profile.period_ms, profile.windows, jitter)
+                profile = dataclasses.replace(profile, jitter_ms=jitter)  # keeps the model's collective
             except InvalidInput as exc:
                 raise InvalidInput(f"{where}.jitterMs", jitter, exc.expected) from None
         return profile
@@ -40,7 +41,7 @@ def parse_profile(data: Any, where: str, catalog: Catalog, line_rate_gbps: float
 
 
 def profile_from_spec(data: Any, where: str, extra_keys: frozenset[str] = frozenset()) -> Profile:
-    """A profile in camelCase form ``{periodMs, windows: [{startMs, lenMs, gbps}], jitterMs}``; ``extra_keys``
+    """A profile in camelCase form ``{periodMs, windows: [{startMs, lenMs, gbps}], jitterMs, collective}``; ``extra_keys``
     (e.g. other fields of a claim's spec) are allowed and ignored."""
     entries = fields.mapping(data, where, set(_CAMEL) | extra_keys)
     raw_windows = entries.get("windows")
@@ -54,6 +55,8 @@ def profile_from_spec(data: Any, where: str, extra_keys: frozenset[str] = frozen
     snake = {"period_ms": fields.number(entries.get("periodMs"), f"{where}.periodMs"), "windows": windows}
     if "jitterMs" in entries:
         snake["jitter_ms"] = fields.number(entries["jitterMs"], f"{where}.jitterMs")
+    if "collective" in entries:
+        snake["collective"] = entries["collective"]  # Profile.from_mapping names a bad one: {where}.collective
     try:
         return Profile.from_mapping(snake, field=where)
     except InvalidInput as exc:
@@ -61,11 +64,11 @@ def profile_from_spec(data: Any, where: str, extra_keys: frozenset[str] = frozen
 
 
 def profile_to_spec(profile: Profile) -> JSON:
-    """A profile in the CRDs' camelCase form."""
+    """A profile in the CRDs' camelCase form (``collective`` only when not the default ring, as ``to_dict``)."""
     d = profile.to_dict()
     return {"periodMs": d["period_ms"],
             "windows": [{"startMs": w["start_ms"], "lenMs": w["len_ms"], "gbps": w["gbps"]} for w in d["windows"]],
-            "jitterMs": d["jitter_ms"]}
+            "jitterMs": d["jitter_ms"]} | ({"collective": d["collective"]} if "collective" in d else {})
 
 
 def profile_from_annotation(text: str, where: str) -> Profile:

@@ -29,7 +29,7 @@ import numpy as np
 from volcano_metronome.core import phasing
 from volcano_metronome.core.grid import Pattern, lay_out
 from volcano_metronome.core.snapshot import Snapshot
-from volcano_metronome.core.traffic import loaded_links
+from volcano_metronome.core.traffic import loaded_links, scaled
 from volcano_metronome.scenario import JobSpec
 from volcano_metronome.sim.fluid import mirror_of
 from volcano_metronome.sim.policies import Context, Placement, SimPolicy
@@ -134,7 +134,7 @@ class Cassini(SimPolicy):
             return Placement(gang.uid, nodes, members)
         return Placement(gang.uid, nodes, members, offset * snap.grid.slot_ms, pattern.period.ms)
 
-    def _rotation(self, link: int, pattern: Pattern, earliest: int, multiplier: int = 1) -> tuple[int, float]:
+    def _rotation(self, link: int, pattern: Pattern, earliest: int, multiplier: float = 1.0) -> tuple[int, float]:
         """Best rotation of ``pattern`` against ``link``'s load, and CASSINI's compatibility score there.
 
         Among rotations with the same least overflow, the one reached first from ``earliest`` wins.
@@ -143,11 +143,11 @@ class Cassini(SimPolicy):
         period = pattern.slots
         base = snap.rows(np.array([link]), period)
         cap = snap.topology.capacity_mbps[[link]]
-        added = phasing.added_overflow(phasing.fold(base, period), cap, np.full(1, multiplier, dtype=np.int64),
+        added = phasing.added_overflow(phasing.fold(base, period), cap, np.full(1, multiplier),
                                        pattern.rates)[0]
         best = int(np.lexsort(((np.arange(period) - earliest) % period, added))[0])
         before = float(np.maximum(base - cap[:, None], 0).sum())
-        demand = float(base.sum()) + multiplier * float(pattern.rates.sum()) * (base.shape[1] // period)
+        demand = float(base.sum()) + float(scaled(multiplier, pattern.rates).sum()) * (base.shape[1] // period)
         return best, 1.0 - (before + float(added[best])) / demand if demand else 1.0
 
     def _components(self) -> dict[str, int]:
