@@ -10,6 +10,7 @@ from volcano_metronome import api
 from volcano_metronome.shapes import JSON as JSON
 from volcano_metronome.shapes import profiles, times
 from volcano_metronome.shapes.selectors import NODE_NAME_FIELD as NODE_NAME_FIELD
+from volcano_metronome.shapes.slots import number_text as number_text
 
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 TERMINAL_PHASES = ("Succeeded", "Failed")
@@ -261,6 +262,3 @@ def pinned_terms(pod: Mapping[str, Any], nodes: str | Sequence[str],
     return out
 
 
-def number_text(x: float) -> str:
-    """A number as an annotation value: integral values without a decimal point."""
-    return str(int(x)) if float(x).is_integer() else repr(float(x))

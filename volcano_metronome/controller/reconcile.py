@@ -56,6 +56,7 @@ from volcano_metronome.core.errors import InvalidInput
 from volcano_metronome.core.placement import member_room
 from volcano_metronome.core.reoptimize import Move
 from volcano_metronome.core.topology import Topology
+from volcano_metronome.shapes.slots import timing_annotations
 from volcano_metronome.controller.deciding import (UNDECIDABLE, UNDECIDABLE_PREFIX, Decided, Reoptimised, core_policy,
                                                    decide, no_fit_category, reoptimise_running, snapshot)
 from volcano_metronome.controller.writes import (LOCKED, REDECIDING, UNLOCKED, ClaimStatus, CreateClaim, DeleteClaim,
@@ -324,13 +325,6 @@ def _role_constraints(gang: GangView, claim: ClaimView, blocked: str, status: JS
                                                                 "the pods of each Volcano task role share their node "
                                                                 "constraints", now_s)}
     return status, events
-
-
-def timing_annotations(period_ms: float, offset_ms: float, epoch_ms: int, locked: bool) -> dict[str, str | None]:
-    """The pod annotations of a placed gang; None removes one (an unlocked gang's runtime runs free)."""
-    return {api.PERIOD_MS: objects.number_text(period_ms),
-            api.OFFSET_MS: objects.number_text(offset_ms) if locked else None,
-            api.EPOCH: str(epoch_ms) if locked else None}
 
 
 def _pod_patch(pod: PodView, nodes: tuple[str, ...], ann: Mapping[str, str | None],
