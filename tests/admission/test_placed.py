@@ -170,3 +170,23 @@ def test_fallback_gates_the_pod(why):
     out = webhook(p, ctx)
     assert {"name": api.SCHEDULING_GATE} in out["spec"]["schedulingGates"]
     assert objects.pinned_nodes(out) is None
+
+
+def test_kueue_pods_find_the_workload_claim_their_pod_set_names():
+    """A Kueue batch Job's pods name their gang Job, the claim is the Workload's: podSetUpdates carry its name."""
+    gated = indexed_job_pods("ij", 10)
+    c = claim("Workload", "job-ij-5f2a")
+    for p in gated:  # what Kueue copies from our AdmissionCheck's podSetUpdates into the pod template
+        p["metadata"]["annotations"][api.PLACEMENT_CLAIM] = "workload-job-ij-5f2a"
+    ctx = lookups([c])
+    controller = {t.pod.name: t.nodes for t in assign(claim_view(c), [pod_view(p, GPU) for p in gated]).targets}
+    placed = [webhook(p, ctx) for p in reversed(gated)]
+    assert {p["metadata"]["name"]: objects.pinned_nodes(p) for p in placed} == controller
+    assert not any(p["spec"].get("schedulingGates") for p in placed)
+    gang = gang_of("Workload", "job-ij-5f2a", c, placed)
+    writes = reconcile._follow(gang, gang.claim, None, Settings(), 1000.0, 1e6)
+    assert writes.pods == () and writes.claim == ()
+    # A name that is no decided Workload claim: gated as before.
+    for p in gated:
+        p["metadata"]["annotations"][api.PLACEMENT_CLAIM] = "workload-other"
+    assert {"name": api.SCHEDULING_GATE} in webhook(gated[0], ctx)["spec"]["schedulingGates"]

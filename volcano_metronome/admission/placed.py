@@ -11,7 +11,9 @@ affinity and matching annotations and writes nothing for it: one pod write per p
 Only where the pod alone (plus the watch-fed claim and PodGroup caches) determines the answer the
 controller's assignment would give; everywhere else the pod is gated as before (the fallback):
 
-* the claim ``<kind>-<name>`` of the gang is in the cache, names the gang and holds nodes;
+* the claim ``<kind>-<name>`` of the gang (for a Kueue job's pods: the Workload's claim, which the
+  controller names in the pod set's ``metronome.dev/placement-claim`` through Kueue's
+  ``podSetUpdates``) is in the cache, names the gang and holds nodes;
 * the pod has no required node affinity of its own, no ``spec.nodeName``, and no timing annotation
   the claim would withdraw (an unlocked gang's ``offset-ms``/``epoch``);
 * the pod's rank source (``shapes.ranks``, the first it carries) is a Job completion index, or a
@@ -26,6 +28,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping
 
+from volcano_metronome import api
 from volcano_metronome.admission.outcome import annotations_at, string_or_none
 from volcano_metronome.admission.resolve import Context
 from volcano_metronome.shapes import ranks
@@ -51,11 +54,16 @@ def placement(pod: Mapping[str, Any], kind: str, name: str, namespace: str, ctx:
     """The placement of a pod of gang ``kind``/``name`` whose claim is decided; None when it must be gated."""
     if ctx.lookups.claim is None:
         return None
-    claim_name = f"{kind.lower()}-{name}"
-    if len(claim_name) > 253:
-        return None  # the controller hashes such names; not worth mirroring here
-    claim = ctx.lookups.claim(namespace, claim_name)
-    decided = _decided(claim, kind, name)
+    carried = string_or_none(annotations_at(pod).get(api.PLACEMENT_CLAIM))
+    if carried is not None:  # a Kueue pod set: the claim is the Workload's, named by the controller
+        claim_name, claim = carried, ctx.lookups.claim(namespace, carried)
+        ref = ((claim.get("spec") or {}).get("gangRef") or {}) if isinstance(claim, dict) else {}
+        decided = _decided(claim, "Workload", str(ref.get("name"))) if kind != "PodGroup" else None
+    else:
+        claim_name = f"{kind.lower()}-{name}"
+        if len(claim_name) > 253:
+            return None  # the controller hashes such names; not worth mirroring here
+        decided = _decided(ctx.lookups.claim(namespace, claim_name), kind, name)
     if decided is None:
         return None
     nodes, members, ann = decided

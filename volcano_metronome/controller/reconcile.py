@@ -370,11 +370,13 @@ def _check(gang: GangView, state: str, message: str, now_s: float, ann: Mapping[
 
 def _pod_set_update(pod_set: Mapping[str, Any], ann: Mapping[str, str | None], claim: ClaimView | None) -> JSON:
     """Annotations Kueue will add to the pod set (only keys the template lacks or already agrees with:
-    Kueue refuses updates that change existing keys); a node selector only for a one-node gang."""
+    Kueue refuses updates that change existing keys): the timing and the claim's name, with which the
+    webhook admits the pods placed (``admission.placed``); a node selector only for a one-node gang."""
     template = pod_set.get("template") or {}
     existing = (template.get("metadata") or {}).get("annotations") or {}
     update: JSON = {"name": pod_set.get("name", "main")}
-    keep = {k: v for k, v in ann.items() if v is not None and existing.get(k, v) == v}
+    carried = {**ann, api.PLACEMENT_CLAIM: claim.name} if claim is not None else ann
+    keep = {k: v for k, v in carried.items() if v is not None and existing.get(k, v) == v}
     if keep:
         update["annotations"] = keep
     selector = (template.get("spec") or {}).get("nodeSelector") or {}
