@@ -8,9 +8,8 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from volcano_metronome import api
 from volcano_metronome.shapes import JSON as JSON
-from volcano_metronome.shapes import profiles, times
+from volcano_metronome.shapes import profiles, slots, times
 from volcano_metronome.shapes.selectors import NODE_NAME_FIELD as NODE_NAME_FIELD
-from volcano_metronome.shapes.slots import number_text as number_text
 
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 TERMINAL_PHASES = ("Succeeded", "Failed")
@@ -57,6 +56,7 @@ format_time = times.format_time
 profile_from_spec = profiles.profile_from_spec
 profile_to_spec = profiles.profile_to_spec
 profile_from_annotation = profiles.profile_from_annotation
+number_text = slots.number_text
 
 
 def condition(obj: Mapping[str, Any], kind: str) -> Mapping[str, Any] | None:
