@@ -42,6 +42,10 @@ GANG_NAME = PREFIX + "gang-name"  # annotation: name of that object, in the pod'
 OFFSET_MS = PREFIX + "offset-ms"  # offset of the gang's windows after the epoch, ms
 EPOCH = PREFIX + "epoch"  # cluster-wide time origin, Unix time in integer milliseconds
 # PERIOD_MS is written on pods too: the snapped period the offset refers to.
+# The STBandwidthClaim holding a Kueue pod set's placement, passed through the AdmissionCheck's
+# podSetUpdates so that the webhook can admit the pods placed (their gang's claim is named after the
+# Workload, which the pods do not name).
+PLACEMENT_CLAIM = PREFIX + "placement-claim"
 
 SCHEDULING_GATE = PREFIX + "placement"
 ADMISSION_CHECK_CONTROLLER = PREFIX + "placement"  # Kueue AdmissionCheck spec.controllerName

@@ -55,7 +55,9 @@ def test_workload_is_held_until_quota_then_released_ready_with_pod_set_updates()
     assert update["name"] == "main"
     # Alone on its links, the gang runs free: Kueue passes only the period into the pod template.
     assert claim["status"]["locked"] is False
-    assert update["annotations"] == {api.PERIOD_MS: objects.number_text(claim["status"]["periodMs"])}
+    # ... and the claim's name, with which our webhook admits the pods placed (admission.placed).
+    assert update["annotations"] == {api.PERIOD_MS: objects.number_text(claim["status"]["periodMs"]),
+                                     api.PLACEMENT_CLAIM: "workload-job-a"}
 
 
 def test_pods_of_an_admitted_job_follow_the_workload_claim() -> None:

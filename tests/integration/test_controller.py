@@ -238,8 +238,8 @@ def test_kueue_workload_is_held_by_our_admission_check_and_released(
     assert claim["spec"]["priority"] == 7 and objects.condition_true(claim, "Placed")
     # Alone on its links, the gang is not locked: Kueue gets the period for the pods, no offset.
     assert claim["status"]["locked"] is False
-    assert entry["podSetUpdates"][0]["annotations"] == claim_timing(claim) == {
-        api.PERIOD_MS: objects.number_text(claim["status"]["periodMs"])}
+    assert entry["podSetUpdates"][0]["annotations"] == {**claim_timing(claim), api.PLACEMENT_CLAIM: "workload-wl"}
+    assert claim_timing(claim) == {api.PERIOD_MS: objects.number_text(claim["status"]["periodMs"])}
 
 
 def test_a_kueue_workload_is_placed_on_its_resource_flavors_nodes(

@@ -11,7 +11,8 @@ PodGroup (from the watch-fed cache) was admitted with one, else (PodGroup and pl
 when the pod's own annotations ask for one; plain-pod groups also take the queue and namespace
 defaults, because no other object of theirs passes the webhook before the pods.
 
-A gated pod gets the gate ``metronome.dev/placement``, the label ``metronome.dev/managed=true``, the
+A pod of a gang whose claim is already decided is admitted placed instead of gated when the pod
+alone says which member it is (``admission.placed``). A gated pod gets the gate ``metronome.dev/placement``, the label ``metronome.dev/managed=true``, the
 annotations ``metronome.dev/gang-kind`` and ``gang-name`` (and the profile, if it came from
 elsewhere), and on every container and init container the env vars ``METRONOME_PERIOD_MS``,
 ``METRONOME_OFFSET_MS`` and ``METRONOME_EPOCH`` read through the downward API from the annotations the
@@ -43,7 +44,8 @@ from volcano_metronome.admission.outcome import (
     profile_entries,
     string_or_none,
 )
-from volcano_metronome.admission.patches import Op, ensure_all_in_list, ensure_in_list, list_at, set_entries
+from volcano_metronome.admission.patches import Op, ensure_all_in_list, ensure_in_list, list_at, mapping_at, set_entries
+from volcano_metronome.admission.placed import placement
 from volcano_metronome.admission.resolve import Context, Place, Resolved, resolve
 from volcano_metronome.core.errors import InvalidInput
 
@@ -168,10 +170,17 @@ def admit_pod(pod: Mapping[str, Any], namespace: str, ctx: Context) -> Outcome:
                            f"METRONOME_* env vars and the timing mount)")
     entries = profile_entries(resolved, size)
     entries.update({api.GANG_KIND: gang.kind, api.GANG_NAME: gang.name})
+    placed = placement(pod, gang.kind, gang.name, namespace, ctx)
+    if placed is not None:  # decided before this pod existed: placed now, nothing left for the controller
+        entries.update({k: v for k, v in placed.annotations.items() if v is not None})
     ops: list[Op] = set_entries(pod, ("metadata", "labels"), {api.MANAGED_LABEL: "true"})
     ops += set_entries(pod, ("metadata", "annotations"), entries)
-    ops += ensure_in_list(pod, ("spec", "schedulingGates"), {"name": api.SCHEDULING_GATE},
-                          lambda gate: isinstance(gate, dict) and gate.get("name") == api.SCHEDULING_GATE)
+    if placed is None:
+        ops += ensure_in_list(pod, ("spec", "schedulingGates"), {"name": api.SCHEDULING_GATE},
+                              lambda gate: isinstance(gate, dict) and gate.get("name") == api.SCHEDULING_GATE)
+    else:
+        ops += set_entries(pod, ("spec",), {"affinity": {**(mapping_at(pod, ("spec", "affinity")) or {}),
+                                                         **placed.affinity()}})
     for key in ("containers", "initContainers"):
         containers = list_at(pod, ("spec", key))
         for i, container in enumerate(containers or ()):

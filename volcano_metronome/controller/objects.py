@@ -8,7 +8,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from volcano_metronome import api
 from volcano_metronome.shapes import JSON as JSON
-from volcano_metronome.shapes import profiles, times
+from volcano_metronome.shapes import profiles, slots, times
 from volcano_metronome.shapes.selectors import NODE_NAME_FIELD as NODE_NAME_FIELD
 
 HOSTNAME_LABEL = "kubernetes.io/hostname"
@@ -56,6 +56,7 @@ format_time = times.format_time
 profile_from_spec = profiles.profile_from_spec
 profile_to_spec = profiles.profile_to_spec
 profile_from_annotation = profiles.profile_from_annotation
+number_text = slots.number_text
 
 
 def condition(obj: Mapping[str, Any], kind: str) -> Mapping[str, Any] | None:
@@ -261,6 +262,3 @@ def pinned_terms(pod: Mapping[str, Any], nodes: str | Sequence[str],
     return out
 
 
-def number_text(x: float) -> str:
-    """A number as an annotation value: integral values without a decimal point."""
-    return str(int(x)) if float(x).is_integer() else repr(float(x))

@@ -56,6 +56,7 @@ from volcano_metronome.core.errors import InvalidInput
 from volcano_metronome.core.placement import member_room
 from volcano_metronome.core.reoptimize import Move
 from volcano_metronome.core.topology import Topology
+from volcano_metronome.shapes.slots import timing_annotations
 from volcano_metronome.controller.deciding import (UNDECIDABLE, UNDECIDABLE_PREFIX, Decided, Reoptimised, core_policy,
                                                    decide, no_fit_category, reoptimise_running, snapshot)
 from volcano_metronome.controller.writes import (LOCKED, REDECIDING, UNLOCKED, ClaimStatus, CreateClaim, DeleteClaim,
@@ -326,13 +327,6 @@ def _role_constraints(gang: GangView, claim: ClaimView, blocked: str, status: JS
     return status, events
 
 
-def timing_annotations(period_ms: float, offset_ms: float, epoch_ms: int, locked: bool) -> dict[str, str | None]:
-    """The pod annotations of a placed gang; None removes one (an unlocked gang's runtime runs free)."""
-    return {api.PERIOD_MS: objects.number_text(period_ms),
-            api.OFFSET_MS: objects.number_text(offset_ms) if locked else None,
-            api.EPOCH: str(epoch_ms) if locked else None}
-
-
 def _pod_patch(pod: PodView, nodes: tuple[str, ...], ann: Mapping[str, str | None],
                hostnames: Mapping[str, str] = {}) -> PodPatch | None:
     patch: JSON = {}
@@ -376,11 +370,13 @@ def _check(gang: GangView, state: str, message: str, now_s: float, ann: Mapping[
 
 def _pod_set_update(pod_set: Mapping[str, Any], ann: Mapping[str, str | None], claim: ClaimView | None) -> JSON:
     """Annotations Kueue will add to the pod set (only keys the template lacks or already agrees with:
-    Kueue refuses updates that change existing keys); a node selector only for a one-node gang."""
+    Kueue refuses updates that change existing keys): the timing and the claim's name, with which the
+    webhook admits the pods placed (``admission.placed``); a node selector only for a one-node gang."""
     template = pod_set.get("template") or {}
     existing = (template.get("metadata") or {}).get("annotations") or {}
     update: JSON = {"name": pod_set.get("name", "main")}
-    keep = {k: v for k, v in ann.items() if v is not None and existing.get(k, v) == v}
+    carried = {**ann, api.PLACEMENT_CLAIM: claim.name} if claim is not None else ann
+    keep = {k: v for k, v in carried.items() if v is not None and existing.get(k, v) == v}
     if keep:
         update["annotations"] = keep
     selector = (template.get("spec") or {}).get("nodeSelector") or {}

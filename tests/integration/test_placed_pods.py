@@ -1,0 +1,149 @@
+"""Pods created after their gang's claim was decided: our webhook admits them placed, the controller leaves them be.
+
+Real kube-apiserver + etcd, our webhook (HTTPS, a real certificate, registered by URL for this test's
+namespace only) with its watch-fed claim and PodGroup caches, and our controller. The claim is
+written before the pods, as the controller writes a decision (the controller does not yet decide a
+Volcano PodGroup before its pods exist: docs/pipeline.md); the pods then arrive as Volcano's job
+controller creates them, and must come out ungated, pinned to the claim's node set, with the timing
+annotations, and never be written to by the controller.
+"""
+
+from __future__ import annotations
+
+import pathlib
+import ssl
+import subprocess
+import time
+import urllib.request
+from typing import Any, Iterator
+
+import pytest
+
+from tests.controller import builders as b
+from tests.controller.cluster import Cluster, ControllerProcess, claim_timing, free_port, start_controller, wait_until
+from volcano_metronome import api, kube
+from volcano_metronome.certs import pki
+from volcano_metronome.controller import objects
+from volcano_metronome.devtools import components, sources
+
+JSON = dict[str, Any]
+
+
+@pytest.fixture
+def webhook(cluster: Cluster, tmp_path: pathlib.Path) -> Iterator[tuple[str, bytes]]:
+    """Our webhook on loopback: (base URL, CA PEM); stopped afterwards."""
+    certs = tmp_path / "certs"
+    ca = pki.make_ca("placed-test-ca")
+    ca.write(certs / "ca.crt", certs / "ca.key")
+    pki.make_serving_cert(ca, dns_names=["localhost"], ip_addresses=["127.0.0.1"]).write(certs / "tls.crt",
+                                                                                          certs / "tls.key")
+    port = free_port()
+    args = components.webhook_args(cert_dir=certs, port=port, kubeconfig=cluster.kubeconfig,
+                                   metrics_dir=tmp_path / "metrics")
+    log = open(tmp_path / "webhook.log", "ab")
+    proc = subprocess.Popen(args + ["--access-log", "off"], stdout=log, stderr=subprocess.STDOUT,
+                            env=components.python_env(sources.repo_root()), start_new_session=True)
+    log.close()
+    context = ssl.create_default_context(cafile=str(certs / "ca.crt"))
+
+    def ready() -> bool:
+        try:
+            with urllib.request.urlopen(f"https://127.0.0.1:{port}/readyz", context=context, timeout=2) as r:
+                return r.status == 200
+        except OSError:
+            return False
+
+    try:
+        wait_until(ready, 60, lambda: f"webhook ready\n{(tmp_path / 'webhook.log').read_text()[-3000:]}")
+        yield f"https://127.0.0.1:{port}", (certs / "ca.crt").read_bytes()
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+
+
+def register(cluster: Cluster, ns: str, url: str, ca_pem: bytes) -> str:
+    """A MutatingWebhookConfiguration sending this namespace's pod CREATEs to our webhook."""
+    import base64
+
+    name = f"placed-{cluster.tag}"
+    cluster.k.create(kube.MUTATING_WEBHOOKS, {
+        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingWebhookConfiguration",
+        "metadata": {"name": name},
+        "webhooks": [{"name": "pods.metronome.dev", "admissionReviewVersions": ["v1"], "sideEffects": "NoneOnDryRun",
+                      "failurePolicy": "Fail", "timeoutSeconds": 10, "reinvocationPolicy": "Never",
+                      "clientConfig": {"url": url + "/mutate", "caBundle": base64.b64encode(ca_pem).decode()},
+                      "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns}},
+                      "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"],
+                                 "operations": ["CREATE"]}]}]})
+    return name
+
+
+def decided_claim(cluster: Cluster, ns: str, gang: str, nodes: list[str], members: list[int]) -> JSON:
+    profile = objects.profile_from_annotation(b.profile_text(), "test")
+    cluster.k.create(kube.CLAIMS, {
+        "apiVersion": api.API_VERSION, "kind": "STBandwidthClaim",
+        "metadata": {"name": f"podgroup-{gang}", "namespace": ns, "labels": {api.MANAGED_LABEL: "true"}},
+        "spec": {"gangRef": {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "PodGroup", "name": gang},
+                 "priority": 0, "profile": objects.profile_to_spec(profile)}}, ns)
+    now = objects.format_time(time.time())
+    status = {"nodes": nodes, "members": members, "offsetMs": 35, "periodMs": 200, "epoch": 1764000000000,
+              "links": [], "predictedOverflowGbpsMs": 0, "feasible": True, "locked": True, "decidedAt": now,
+              "conditions": [{"type": "Placed", "status": "True", "reason": "Placed", "message": "test",
+                              "lastTransitionTime": now},
+                             {"type": "NoFit", "status": "False", "reason": "Placed", "message": "placed",
+                              "lastTransitionTime": now}]}
+    return cluster.k.patch(kube.CLAIMS, ns, f"podgroup-{gang}", {"status": status}, subresource="status")
+
+
+def test_pods_of_a_decided_gang_are_created_placed_and_never_patched(
+        cluster: Cluster, tmp_path: pathlib.Path, controllers: list[ControllerProcess],
+        webhook: tuple[str, bytes]) -> None:
+    nodes = cluster.nodes(3, gpus=8)
+    ns = cluster.namespace()
+    hook = register(cluster, ns, *webhook)
+    try:
+        group = b.podgroup(ns, "vj", 6, gpus=4)
+        group["spec"]["minTaskMember"] = {"worker": 6}
+        cluster.k.create(kube.PODGROUPS, group, ns)
+        claim = decided_claim(cluster, ns, "vj", [nodes[1], nodes[0], nodes[2]], [2, 2, 2])
+        ctl = start_controller(cluster, tmp_path, controllers, ns)
+        pods = b.volcano_task_pods(ns, "vj", [("worker", 6, 4)])
+        for p in pods:  # as Volcano's job controller creates them: no gate, no label of ours
+            p["spec"].pop("schedulingGates")
+            p["metadata"]["labels"].pop(api.MANAGED_LABEL)
+
+        def dry_run_placed() -> bool:  # the webhook's caches have the claim and the PodGroup
+            out = cluster.k.request("POST", kube.PODS.path(ns), body=pods[0], query=[("dryRun", "All")])
+            return not (out.get("spec") or {}).get("schedulingGates")
+
+        wait_until(dry_run_placed, 30, "the webhook sees the decided claim")
+        created = {p["metadata"]["name"]: cluster.k.create(kube.PODS, p, ns) for p in pods}
+        for name, p in created.items():
+            assert not p["spec"].get("schedulingGates"), name
+            assert objects.pinned_nodes(p) == (nodes[1], nodes[0], nodes[2]), name  # the role's node set
+            assert {k: v for k, v in objects.annotations_of(p).items() if k in claim_timing(claim)} == \
+                claim_timing(claim)
+            assert objects.labels(p)[api.MANAGED_LABEL] == "true"
+
+        # Let the controller run several cycles over the gang: it must write neither pod nor claim.
+        cycles = "metronome_controller_cycle_seconds_count"
+        wait_until(lambda: (ctl.metric(cycles) or 0) >= 1, 60, lambda: f"a first cycle\n{ctl.logs()}")
+        start = ctl.metric(cycles) or 0
+        cluster.k.patch(kube.PODGROUPS, ns, "vj", {"metadata": {"labels": {"nudge": "1"}}})  # wake it
+        wait_until(lambda: (ctl.metric(cycles) or 0) >= start + 2, 60, lambda: f"two more cycles\n{ctl.logs()}")
+        time.sleep(1.0)
+        for name, before in created.items():
+            now = cluster.k.get(kube.PODS, ns, name)
+            assert now is not None
+            assert objects.resource_version(now) == objects.resource_version(before), name
+            managers = {m.get("manager") for m in now["metadata"].get("managedFields") or []}
+            assert len(managers) == 1, managers  # only the creator's entry: nobody patched it
+        after = cluster.claims(ns)["podgroup-vj"]
+        assert objects.resource_version(after) == objects.resource_version(claim)
+        assert "Traceback" not in ctl.logs()
+    finally:
+        cluster.k.request("DELETE", kube.MUTATING_WEBHOOKS.path(None, hook))
