@@ -244,7 +244,7 @@ def _condition(gang: GangView, claim: ClaimView, measured: Profile | None, what:
                    f"{verb}")
         if shown is not None and shown.get("status") == "True" and shown.get("message") == message:
             return None
-        events = (Event(reconcile._regarding(gang), PROFILE_DRIFT, message, type="Warning"),) if settings.events else ()
+        events = (Event(reconcile.regarding(gang), PROFILE_DRIFT, message, type="Warning"),) if settings.events else ()
         return ("True", reason(what), message), events
     if shown is not None and shown.get("status") == "True":
         return ("False", AS_DECLARED, f"measured profile within tolerance: {describe(gang.profile, measured)}"), ()

@@ -161,7 +161,8 @@ def plan(world: World, decided: Decided, settings: Settings, now_s: float,
                 drifted)
 
 
-def _regarding(gang: GangView) -> JSON:
+def regarding(gang: GangView) -> JSON:
+    """The Event's involvedObject for a gang: its object when seen, else its claim."""
     if gang.obj is not None:
         meta = objects.meta(gang.obj)
         return {"apiVersion": gang.obj.get("apiVersion") or GANG_API_VERSIONS[gang.key.kind], "kind": gang.key.kind,
@@ -229,7 +230,7 @@ def _place(gang: GangView, d: Decision, settings: Settings, now_s: float, now_ms
             status["conditions"] = write.status.get("conditions", conds)
     after: tuple[WorkloadCheck | Event, ...] = follow.after
     if settings.events:
-        after = after + (Event(_regarding(gang), PLACED, message),)
+        after = after + (Event(regarding(gang), PLACED, message),)
     return GangWrites(str(gang.key), _ensure_claim(gang) + (ClaimStatus(gang.key.namespace, gang.claim_name, rv, status),),
                       follow.pods, after, placed=True)
 
@@ -255,20 +256,20 @@ def _follow(gang: GangView, claim: ClaimView, move: Move | None, settings: Setti
         conds = objects.set_condition(claim.conditions, RECONFIGURED, "True", RECONFIGURED, note, now_s)
         status.update({"offsetMs": offset, "epoch": epoch, "conditions": conds})
         if settings.events:
-            after.append(Event(_regarding(gang), RECONFIGURED, note))
+            after.append(Event(regarding(gang), RECONFIGURED, note))
     if (lock or move is not None) and not claim.locked:
         # The offset it was placed at stays: the gangs now contending for its links were fitted around it.
         epoch, locked, transition = (epoch if move is not None else future), True, LOCKED
         status.update({"locked": True, "epoch": epoch})
         if settings.events:
-            after.append(Event(_regarding(gang), LOCKED,
+            after.append(Event(regarding(gang), LOCKED,
                                f"a gang on its links could now collide with it: bursts aligned at offset "
                                f"{offset:g} ms of {period:g} ms from epoch {epoch}"))
     elif unlock and claim.locked and move is None:
         locked, transition = False, UNLOCKED
         status["locked"] = False
         if settings.events:
-            after.append(Event(_regarding(gang), UNLOCKED,
+            after.append(Event(regarding(gang), UNLOCKED,
                                "no gang on its links could collide with it any more: offset and epoch withdrawn, "
                                "runs free"))
     drift = drift_message(claim, gang.pods)
@@ -277,7 +278,7 @@ def _follow(gang: GangView, claim: ClaimView, move: Move | None, settings: Setti
         status["conditions"] = objects.set_condition(status.get("conditions", claim.conditions), DRIFTED, "True",
                                                      OUTSIDE_NODE_SET, drift, now_s)
         if settings.events:
-            after.append(Event(_regarding(gang), DRIFTED, drift, type="Warning"))
+            after.append(Event(regarding(gang), DRIFTED, drift, type="Warning"))
     elif not drift and shown is not None and shown.get("status") == "True":
         status["conditions"] = objects.set_condition(status.get("conditions", claim.conditions), DRIFTED, "False",
                                                      AS_DECIDED, "every bound pod is on a node of its node set", now_s)
@@ -319,7 +320,7 @@ def _role_constraints(gang: GangView, claim: ClaimView, blocked: str, status: JS
     if blocked and (shown is None or shown.get("status") != "True" or shown.get("message") != blocked):
         status = {**status, "conditions": objects.set_condition(conds, PER_POD, "True", CACHE_RISK, blocked, now_s)}
         if settings.events and (shown is None or shown.get("status") != "True"):
-            events.append(Event(_regarding(gang), PER_POD, blocked, type="Warning"))
+            events.append(Event(regarding(gang), PER_POD, blocked, type="Warning"))
     elif not blocked and shown is not None and shown.get("status") == "True":
         status = {**status, "conditions": objects.set_condition(conds, PER_POD, "False", SHARED_PER_ROLE,
                                                                 "the pods of each Volcano task role share their node "
@@ -399,7 +400,7 @@ def _no_fit(gang: GangView, reason: str, world: World, now_s: float, reported: M
     announced = (old is not None and old.get("message") == reason and old.get("status") == "True") or (
         reported.get(str(gang.key)) == reason)
     if not announced:
-        after.append(Event(_regarding(gang), NOFIT, reason, "Warning"))
+        after.append(Event(regarding(gang), NOFIT, reason, "Warning"))
     if gang.check is not None and gang.obj is not None:
         state = "Rejected" if category == UNDECIDABLE or _never_fits(gang, world) else "Retry"
         if gang.check.state != state or gang.check.message != reason:
@@ -436,7 +437,7 @@ def _redecide(gang: GangView, lost: vanished.Loss, settings: Settings, now_s: fl
         claim is not None and status) else ()
     after: list[WorkloadCheck | Event] = []
     if settings.events and writes:  # the claim's condition changes with it: announced once
-        after.append(Event(_regarding(gang), vanished.VANISHED, message, "Warning"))
+        after.append(Event(regarding(gang), vanished.VANISHED, message, "Warning"))
         if gang.obj is not None and claim is not None:
             after.append(Event({"apiVersion": api.API_VERSION, "kind": "STBandwidthClaim", "name": claim.name,
                                 "namespace": claim.namespace}, vanished.VANISHED, message, "Warning"))
