@@ -110,6 +110,7 @@ node_names = st.sampled_from(NODES)
 events = st.one_of(
     st.tuples(st.just("node"), node_names, st.integers(0, 2), st.integers(0, 8), st.booleans(), st.booleans()),
     st.tuples(st.just("-node"), node_names),
+    st.tuples(st.just("taint"), node_names, st.booleans()),  # labels kept: only the taints change
     st.tuples(st.just("pod"), st.sampled_from(GANGS), st.integers(0, 1), st.integers(1, 4),
               st.one_of(st.none(), node_names), st.integers(0, 2)),
     st.tuples(st.just("-pod"), st.sampled_from(GANGS), st.integers(0, 1)),
@@ -125,6 +126,11 @@ def apply(stores: Stores, event: tuple[Any, ...]) -> None:
     kind = event[0]
     if kind == "node":
         stores.put("nodes", node(*event[1:]))
+    elif kind == "taint":
+        current = stores.objs["nodes"].get(("", event[1]))
+        if current is not None:
+            stores.put("nodes", {**current, "metadata": dict(current["metadata"]), "spec": {
+                "taints": [{"key": "maintenance", "effect": "NoSchedule"}] if event[2] else []}})
     elif kind == "-node":
         stores.delete("nodes", event[1])
     elif kind == "pod":
@@ -190,3 +196,16 @@ def test_kept_state_equals_a_fresh_build_after_every_event(sequence: list[tuple[
             assert decided == deciding.decide(fresh, SETTINGS, 1.7e9)
         after, _ = deciding.snapshot(fresh, SETTINGS)
         same_snapshot(loads._snap, after)  # type: ignore[arg-type]  # the cycle's decisions rolled back
+
+
+def test_a_taint_alone_changes_the_eligible_nodes_of_an_event_driven_observer() -> None:
+    stores = Stores()
+    for name in NODES[:4]:
+        stores.put("nodes", node(name, int(name[1]) // 2, 8, True))
+    stores.put("podgroups", podgroup("g0", 0))
+    for i in range(2):
+        stores.put("pods", pod("g0", i, 1, None, 0))
+    driven = Observer(SETTINGS)
+    assert [g.nodes for g in driven.world(replace(stores.inputs(), changed=stores.changes())).gangs] == [None]
+    apply(stores, ("taint", "n1", True))  # labels unchanged: the network stands, the eligible nodes do not
+    same_world(driven.world(replace(stores.inputs(), changed=stores.changes())), observe(stores.inputs(), SETTINGS))
