@@ -331,12 +331,12 @@ class Observer:
             self._nodes, self._taints = cached_nodes, taints
             self._walk_usage(inputs, index)
         else:
-            for name, node_obj in changed.nodes.items():
+            for name, changed_node in changed.nodes.items():
                 i = index.get(name)
-                if i is None or node_obj is None:
+                if i is None or changed_node is None:
                     continue
-                rv = objects.resource_version(node_obj)
-                node_hit = (rv, *_node_gpus(node_obj, resource))
+                rv = objects.resource_version(changed_node)
+                node_hit = (rv, *_node_gpus(changed_node, resource))
                 self._nodes[name] = node_hit
                 self._alloc[i], self._usable[i] = node_hit[1], node_hit[2]
             for pk, (managed, bound) in changed.pods.items():
