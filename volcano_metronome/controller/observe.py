@@ -18,11 +18,12 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from volcano_metronome import api
 from volcano_metronome.controller import eligibility, network, objects, owners, queuepolicy as policies, \
     ranks as ranking, vanished
+from volcano_metronome.controller.gpus import free_gpus, node_gpus, pod_usage, reservation
 from volcano_metronome.controller.objects import JSON
 from volcano_metronome.controller.queuepolicy import QueuePolicyView
 from volcano_metronome.controller.settings import Settings
@@ -323,7 +324,7 @@ class Observer:
                     continue
                 node_hit = self._nodes.get(name)
                 if node_hit is None or not rv or node_hit[0] != rv:
-                    node_hit = (rv, *_node_gpus(node_obj, resource))
+                    node_hit = (rv, *node_gpus(node_obj, resource))
                 if rv:
                     cached_nodes[name] = node_hit
                 self._alloc[i], self._usable[i] = node_hit[1], node_hit[2]
@@ -336,14 +337,14 @@ class Observer:
                 if i is None or changed_node is None:
                     continue
                 rv = objects.resource_version(changed_node)
-                node_hit = (rv, *_node_gpus(changed_node, resource))
+                node_hit = (rv, *node_gpus(changed_node, resource))
                 self._nodes[name] = node_hit
                 self._alloc[i], self._usable[i] = node_hit[1], node_hit[2]
             for pk, (managed, bound) in changed.pods.items():
                 old = self._contrib.pop(pk, None)
                 if old is not None:
                     self._pod_used[old[0]] -= old[1]
-                new = _usage(bound, index, resource) or _usage(managed, index, resource)
+                new = pod_usage(bound, index, resource) or pod_usage(managed, index, resource)
                 if new is not None:
                     self._contrib[pk] = new
                     self._pod_used[new[0]] += new[1]
@@ -361,7 +362,7 @@ class Observer:
             k = (ns, name)
             if k in contrib:
                 continue
-            c = _usage(pod, index, resource)
+            c = pod_usage(pod, index, resource)
             if c is not None:
                 contrib[k] = c
                 used[c[0]] += c[1]
@@ -375,35 +376,15 @@ class Observer:
                 continue
             hit = self._reserved.get(gang.key)
             if hit is None or hit[0] is not gang:
-                hit = (gang, _reservation(gang, index))
+                hit = (gang, reservation(gang, index))
             kept[gang.key] = hit
             for i, amount in hit[1]:
                 used[i] += amount
         self._reserved = kept
 
 
-def _usage(pod: JSON | None, index: Mapping[str, int], resource: str) -> tuple[int, int] | None:
-    """(node index, GPUs) a pod holds, when it is bound to a known node and not terminal."""
-    if pod is None:
-        return None
-    node = (pod.get("spec") or {}).get("nodeName")
-    if not node or node not in index or objects.pod_terminal(pod):
-        return None
-    return index[node], objects.pod_gpus(pod, resource)
-
-
 def _taints(node: Mapping[str, Any]) -> str:
     return json.dumps((node.get("spec") or {}).get("taints") or [], sort_keys=True, default=str)
-
-
-def _reservation(gang: GangView, index: Mapping[str, int]) -> tuple[tuple[int, int], ...]:
-    assert gang.claim is not None
-    bound_here: dict[str, int] = {}
-    for p in gang.pods:
-        if p.node_name:
-            bound_here[p.node_name] = bound_here.get(p.node_name, 0) + p.gpus
-    return tuple((index[claimed], max(0, members * gang.gpus_per_member - bound_here.get(claimed, 0)))
-                 for claimed, members in zip(gang.claim.nodes, gang.claim.members) if claimed in index)
 
 
 def _ident(obj: Mapping[str, Any]) -> tuple[str, str, str]:
@@ -420,27 +401,6 @@ def _reuse(cache: Mapping[Any, tuple[str, Any]], fresh: dict[Any, tuple[str, Any
     if rv:
         fresh[key] = (rv, value)
     return value
-
-
-def _node_gpus(node_obj: Mapping[str, Any], resource: str) -> tuple[int, bool]:
-    alloc = int(objects.quantity(((node_obj.get("status") or {}).get("allocatable") or {}).get(resource, 0)))
-    ready = objects.condition(node_obj, "Ready")
-    return alloc, not (node_obj.get("spec") or {}).get("unschedulable") and (
-        ready is None or ready.get("status") == "True")
-
-
-def _reserve(used: list[int], index: Mapping[str, int], gangs: Sequence[GangView]) -> None:
-    """Add the GPUs placed gangs hold on their claims' nodes where their pods are not bound yet."""
-    for gang in gangs:
-        if not gang.placed or gang.finished or gang.claim is None:
-            continue
-        bound_here: dict[str, int] = {}
-        for p in gang.pods:
-            if p.node_name:
-                bound_here[p.node_name] = bound_here.get(p.node_name, 0) + p.gpus
-        for claimed, members in zip(gang.claim.nodes, gang.claim.members):
-            if claimed in index:
-                used[index[claimed]] += max(0, members * gang.gpus_per_member - bound_here.get(claimed, 0))
 
 
 def pod_view(pod: Mapping[str, Any], gpu_resource: str, by_hostname: Mapping[str, str] | None = None) -> PodView:
@@ -489,29 +449,3 @@ def claim_view(obj: Mapping[str, Any]) -> ClaimView:
         nodes=nodes, members=members, offset_ms=float(status.get("offsetMs") or 0.0),
         period_ms=float(status.get("periodMs") or 0.0), epoch_ms=int(status.get("epoch") or 0),
         conditions=conditions, status=status, locked=status.get("locked") is not False)
-
-
-
-def free_gpus(nodes: Sequence[Mapping[str, Any]], bound_pods: Iterable[Mapping[str, Any]],
-              managed_pods: Iterable[Mapping[str, Any]], gangs: Sequence[GangView], orphans: Sequence[ClaimView],
-              names: Sequence[str], resource: str) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """(allocatable, free) GPUs per node in ``names`` order; see the module docstring."""
-    index = {n: i for i, n in enumerate(names)}
-    alloc = [0] * len(names)
-    usable = [True] * len(names)
-    for node_obj in nodes:
-        i = index.get(objects.name(node_obj))
-        if i is not None:
-            alloc[i], usable[i] = _node_gpus(node_obj, resource)
-    used = [0] * len(names)
-    seen: set[tuple[str, str]] = set()
-    for pod in [*bound_pods, *managed_pods]:
-        k = (objects.namespace(pod), objects.name(pod))
-        node = (pod.get("spec") or {}).get("nodeName")
-        if k in seen or not node or node not in index or objects.pod_terminal(pod):
-            continue
-        seen.add(k)
-        used[index[node]] += objects.pod_gpus(pod, resource)
-    _reserve(used, index, gangs)
-    free = tuple(max(0, a - u) if ok else 0 for a, u, ok in zip(alloc, used, usable))
-    return tuple(alloc), free
