@@ -9,6 +9,7 @@ gangs on the kept snapshot (then rolls back), as a real cycle does.
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -19,7 +20,7 @@ from volcano_metronome.controller import deciding, objects
 from volcano_metronome.controller.loads import RunningLoads
 from volcano_metronome.controller.observe import Inputs, Observer, observe
 from volcano_metronome.controller.settings import Settings
-from volcano_metronome.controller.views import World
+from volcano_metronome.controller.views import Changed, World
 from volcano_metronome.core.snapshot import Snapshot
 
 JSON = dict[str, Any]
@@ -39,14 +40,30 @@ class Stores:
     def __init__(self) -> None:
         self.rv = 0
         self.objs: dict[str, dict[tuple[str, str], JSON]] = {k: {} for k in ("nodes", "pods", "podgroups", "claims")}
+        self.changed: dict[str, set[tuple[str, str]]] = {"nodes": set(), "pods": set()}  # as the informers report
 
     def put(self, kind: str, obj: JSON) -> None:
         self.rv += 1
         obj["metadata"]["resourceVersion"] = str(self.rv)
-        self.objs[kind][(obj["metadata"].get("namespace", ""), obj["metadata"]["name"])] = obj
+        key = (obj["metadata"].get("namespace", ""), obj["metadata"]["name"])
+        self.objs[kind][key] = obj
+        self.changed.get(kind, set()).add(key)
 
     def delete(self, kind: str, name: str) -> None:
-        self.objs[kind].pop(("" if kind == "nodes" else "ns", name), None)
+        key = ("" if kind == "nodes" else "ns", name)
+        if self.objs[kind].pop(key, None) is not None:
+            self.changed.get(kind, set()).add(key)
+
+    def changes(self) -> Changed:
+        """What changed since the last call, as the controller hands it to the Observer."""
+        pods = {k: (self.objs["pods"].get(k), self.bound(self.objs["pods"].get(k))) for k in self.changed["pods"]}
+        nodes = {k[1]: self.objs["nodes"].get(k) for k in self.changed["nodes"]}
+        self.changed = {"nodes": set(), "pods": set()}
+        return Changed(pods=pods, nodes=nodes)
+
+    @staticmethod
+    def bound(pod: JSON | None) -> JSON | None:
+        return pod if pod is not None and pod["spec"].get("nodeName") else None
 
     def inputs(self) -> Inputs:
         pods = list(self.objs["pods"].values())
@@ -55,8 +72,9 @@ class Stores:
                       podgroups=list(self.objs["podgroups"].values()), claims=list(self.objs["claims"].values()))
 
 
-def node(name: str, rack: int, gpus: int, ready: bool) -> JSON:
+def node(name: str, rack: int, gpus: int, ready: bool, tainted: bool = False) -> JSON:
     return {"metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, "metronome.dev/rack": f"r{rack}"}},
+            "spec": {"taints": [{"key": "maintenance", "effect": "NoSchedule"}] if tainted else []},
             "status": {"allocatable": {"nvidia.com/gpu": str(gpus)},
                        "conditions": [{"type": "Ready", "status": "True" if ready else "False"}]}}
 
@@ -90,8 +108,9 @@ def claim(gang: str, nodes: list[str], offset: int, locked: bool, profile: int, 
 
 node_names = st.sampled_from(NODES)
 events = st.one_of(
-    st.tuples(st.just("node"), node_names, st.integers(0, 2), st.integers(0, 8), st.booleans()),
+    st.tuples(st.just("node"), node_names, st.integers(0, 2), st.integers(0, 8), st.booleans(), st.booleans()),
     st.tuples(st.just("-node"), node_names),
+    st.tuples(st.just("taint"), node_names, st.booleans()),  # labels kept: only the taints change
     st.tuples(st.just("pod"), st.sampled_from(GANGS), st.integers(0, 1), st.integers(1, 4),
               st.one_of(st.none(), node_names), st.integers(0, 2)),
     st.tuples(st.just("-pod"), st.sampled_from(GANGS), st.integers(0, 1)),
@@ -106,7 +125,12 @@ events = st.one_of(
 def apply(stores: Stores, event: tuple[Any, ...]) -> None:
     kind = event[0]
     if kind == "node":
-        stores.put("nodes", node(event[1], event[2], event[3], event[4]))
+        stores.put("nodes", node(*event[1:]))
+    elif kind == "taint":
+        current = stores.objs["nodes"].get(("", event[1]))
+        if current is not None:
+            stores.put("nodes", {**current, "metadata": dict(current["metadata"]), "spec": {
+                "taints": [{"key": "maintenance", "effect": "NoSchedule"}] if event[2] else []}})
     elif kind == "-node":
         stores.delete("nodes", event[1])
     elif kind == "pod":
@@ -156,13 +180,14 @@ def test_kept_state_equals_a_fresh_build_after_every_event(sequence: list[tuple[
     stores = Stores()
     for name in NODES[:4]:
         stores.put("nodes", node(name, int(name[1]) // 2, 8, True))
-    observer, loads = Observer(SETTINGS), RunningLoads(SETTINGS)
+    observer, loads, driven = Observer(SETTINGS), RunningLoads(SETTINGS), Observer(SETTINGS)
     for event in sequence:
         apply(stores, event)
         inputs = stores.inputs()
         kept = observer.world(inputs)
         fresh = observe(inputs, SETTINGS)
         same_world(kept, fresh)
+        same_world(driven.world(replace(inputs, changed=stores.changes())), fresh)  # only the changed keys read
         fresh_snap, fresh_warnings = deciding.snapshot(fresh, SETTINGS)
         with loads.snapshot(kept) as base:
             same_snapshot(base[0], fresh_snap)
@@ -171,3 +196,16 @@ def test_kept_state_equals_a_fresh_build_after_every_event(sequence: list[tuple[
             assert decided == deciding.decide(fresh, SETTINGS, 1.7e9)
         after, _ = deciding.snapshot(fresh, SETTINGS)
         same_snapshot(loads._snap, after)  # type: ignore[arg-type]  # the cycle's decisions rolled back
+
+
+def test_a_taint_alone_changes_the_eligible_nodes_of_an_event_driven_observer() -> None:
+    stores = Stores()
+    for name in NODES[:4]:
+        stores.put("nodes", node(name, int(name[1]) // 2, 8, True))
+    stores.put("podgroups", podgroup("g0", 0))
+    for i in range(2):
+        stores.put("pods", pod("g0", i, 1, None, 0))
+    driven = Observer(SETTINGS)
+    assert [g.nodes for g in driven.world(replace(stores.inputs(), changed=stores.changes())).gangs] == [None]
+    apply(stores, ("taint", "n1", True))  # labels unchanged: the network stands, the eligible nodes do not
+    same_world(driven.world(replace(stores.inputs(), changed=stores.changes())), observe(stores.inputs(), SETTINGS))

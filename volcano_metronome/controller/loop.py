@@ -27,7 +27,7 @@ from volcano_metronome.controller.leader import LeaderElector, LeaseConfig
 from volcano_metronome.controller.metrics import HealthServer, Metrics
 from volcano_metronome.controller.objects import JSON
 from volcano_metronome.controller.loads import RunningLoads
-from volcano_metronome.controller.observe import Inputs, Observer, World, observe
+from volcano_metronome.controller.observe import Changed, Inputs, Observer, World, observe
 from volcano_metronome.controller.reconcile import Plan
 from volcano_metronome.controller.settings import Settings
 from volcano_metronome.controller.writer import Api, Outcome, Writer
@@ -39,6 +39,8 @@ log = logging.getLogger("volcano_metronome.controller")
 FAILING_CYCLES = 3
 
 BOUND_PODS = "bound-pods"
+#: Stores whose changes the Observer takes by key instead of walking every object.
+CHANGE_TRACKED = frozenset({"pods", BOUND_PODS, "nodes"})
 BOUND_SELECTOR = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"
 
 
@@ -110,27 +112,53 @@ class Controller:
         self._fingerprinted: tuple[object, tuple[str, ...]] = (None, ())
         self.last_world: World | None = None
         self._reported: dict[str, str] = {}  # gang key -> last no-fit reason announced by an Event
+        # Keys the informers reported since the last cycle (pods, bound pods, nodes); the Observer reads only
+        # those once every tracked store feeds :meth:`watcher` (else it walks every object).
+        self._changes: dict[str, set[tuple[str | None, str]]] = {}
+        self._changes_lock = threading.Lock()
+        self._tracked: set[str] = set()
 
     def notify(self, *_: object) -> None:
         """Something changed: run a cycle soon."""
         self.dirty.set()
 
+    @property
+    def _watched(self) -> bool:
+        return CHANGE_TRACKED <= self._tracked
+
     def watcher(self, source: str) -> Callable[[str, JSON], None]:
         """The ``on_change`` callback of the informer of ``source`` (a store name of :data:`SOURCES`)."""
+        self._tracked.add(source)
         def on_change(kind: str, obj: JSON) -> None:
+            if source in CHANGE_TRACKED:
+                with self._changes_lock:
+                    self._changes.setdefault(source, set()).add(kube.key_of(obj))
             self.dirty.set()
 
         return on_change
 
     def inputs(self) -> Inputs:
-        """What the stores (and our own recent writes) hold now."""
+        """What the stores (and our own recent writes) hold now, with what changed since the last call."""
         v = self.view
+        with self._changes_lock:
+            keys, self._changes = self._changes, {}
+        changed = None
+        # Our own writes show through the overlay without an informer event: while it holds any, read everything.
+        if self._watched and not len(self.overlay):
+            changed = Changed(
+                pods={(ns or "", name): (self._get("pods", ns, name), self._get(BOUND_PODS, ns, name))
+                      for ns, name in keys.get("pods", set()) | keys.get(BOUND_PODS, set())},
+                nodes={name: self._get("nodes", None, name) for _, name in keys.get("nodes", set())})
         return Inputs(nodes=v.items("nodes"), pods=v.items("pods"), bound_pods=v.items(BOUND_PODS),
                       podgroups=v.items("podgroups"), workloads=v.items("workloads"),
                       admission_checks=v.items("admissionchecks"), cluster_queues=v.items("clusterqueues"),
                       resource_flavors=v.items("resourceflavors"),
                       claims=v.items(api.CLAIMS), capacities=v.items(api.CAPACITIES),
-                      hypernodes=v.items("hypernodes"), queue_policies=v.items(api.QUEUE_POLICIES))
+                      hypernodes=v.items("hypernodes"), queue_policies=v.items(api.QUEUE_POLICIES), changed=changed)
+
+    def _get(self, source: str, namespace: str | None, name: str) -> JSON | None:
+        store = self.view.stores.get(source)
+        return store.get(namespace, name) if store is not None else None
 
     def cycle(self) -> tuple[Plan, Outcome]:
         """One cycle: observe, decide, plan, write."""

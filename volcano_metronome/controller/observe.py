@@ -16,12 +16,14 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from volcano_metronome import api
 from volcano_metronome.controller import eligibility, network, objects, owners, queuepolicy as policies, \
     ranks as ranking, vanished
+from volcano_metronome.controller.gpus import free_gpus, node_gpus, pod_usage, reservation
 from volcano_metronome.controller.objects import JSON
 from volcano_metronome.controller.queuepolicy import QueuePolicyView
 from volcano_metronome.controller.settings import Settings
@@ -30,11 +32,11 @@ from volcano_metronome.controller.gangs import (claim_name_for, cluster_queue_ch
                                                 gang_view, member_specs, owning_workload, pod_gang_ref,
                                                 workload_check)
 from volcano_metronome.controller.views import (DEFAULT_SCHEDULER, GANG_API_VERSIONS, GANG_KINDS, JOB, PODGROUP,
-                                                RELEASED, WORKLOAD, AdmissionCheckState, ClaimView, GangKey, GangView,
-                                                Inputs, PodView, World)
+                                                RELEASED, WORKLOAD, AdmissionCheckState, Changed, ClaimView, GangKey,
+                                                GangView, Inputs, PodView, World)
 
 __all__ = ["DEFAULT_SCHEDULER", "GANG_API_VERSIONS", "GANG_KINDS", "JOB", "PODGROUP", "RELEASED", "WORKLOAD",
-           "AdmissionCheckState", "ClaimView", "GangKey", "GangView", "Inputs", "PodView", "World", "claim_name_for",
+           "AdmissionCheckState", "Changed", "ClaimView", "GangKey", "GangView", "Inputs", "PodView", "World", "claim_name_for",
            "claim_view", "cluster_queue_checks", "free_gpus", "gang_key_of_pod", "gang_view", "member_specs", "observe",
            "pod_view", "scheduled_by_volcano", "workload_check"]
 
@@ -52,11 +54,13 @@ _Key = tuple[str, str]
 class Observer:
     """Builds each cycle's World and keeps what it derived for the next one.
 
-    An object whose resourceVersion is unchanged is not parsed again (pods, claims, nodes); a gang none
-    of whose inputs changed (its object, its pods, its claim, the policies and checks, the node names
-    and hostnames) keeps its view; the network is rebuilt only when node labels, capacities or
-    HyperNodes change. Objects without a resourceVersion are always read afresh. Only the pending
-    gangs' eligible nodes are worked out every cycle (node taints and labels may change under them).
+    With ``inputs.changed`` (the keys the informers reported since the last cycle) only the changed pods
+    and nodes are read; without it, or when the node set, node labels, hostnames or the Kueue job owners
+    changed, every pod and node is walked and an object whose resourceVersion is unchanged is not parsed
+    again. A gang none of whose inputs changed (its object, its pods, its claim, the policies and checks,
+    the node names and hostnames) keeps its view; the network is rebuilt only when node labels, capacities
+    or HyperNodes change; the pending gangs' eligible nodes are kept per constraint until a node's labels
+    or taints change. Objects without a resourceVersion are always read afresh on a full walk.
     """
 
     def __init__(self, settings: Settings) -> None:
@@ -69,9 +73,20 @@ class Observer:
         self._generation = 0  # bumped when hostnames or the node names change: pod and gang views depend on them
         self._labels: dict[str, tuple[str, tuple[tuple[str, str], ...]]] = {}
         self._nodes: dict[str, tuple[str, int, bool]] = {}  # name -> (rv, allocatable GPUs, usable)
+        self._taints: dict[str, str] = {}  # name -> its taints as JSON (eligibility depends on them)
         # -> (rv, generation, its gang by its annotations (None: terminal or no gang's), view)
         self._pods: dict[_Key, tuple[str, int, GangKey | None, PodView | None]] = {}
-        self._usage: dict[_Key, tuple[str, str | None, int]] = {}  # -> (rv, node when bound and live, GPUs)
+        self._gang_of: dict[_Key, GangKey] = {}  # pod -> the gang it counts for
+        self._members: dict[GangKey, dict[str, PodView]] = {}
+        self._sorted: dict[GangKey, tuple[int, tuple[PodView, ...], bool]] = {}  # (token, pods by name, all have rv)
+        self._token = 0
+        self._owned: Mapping[tuple[str, str, str], str] | None = None
+        self._contrib: dict[_Key, tuple[int, int]] = {}  # pod -> (node index, GPUs it holds there)
+        self._pod_used: list[int] = []
+        self._alloc: list[int] = []
+        self._usable: list[bool] = []
+        self._reserved: dict[GangKey, tuple[GangView, tuple[tuple[int, int], ...]]] = {}
+        self._eligible: dict[str, frozenset[str] | None] = {}  # constraint key -> eligible nodes, while nodes hold
         self._claims: dict[_Key, tuple[str, ClaimView]] = {}
         self._gangs: dict[GangKey, tuple[tuple[object, ...], GangView]] = {}
         self._pols: tuple[tuple[str, ...], tuple[QueuePolicyView, ...]] | None = None
@@ -79,9 +94,18 @@ class Observer:
 
     def world(self, inputs: Inputs) -> World:
         """The world the objects describe now."""
+        try:
+            return self._world(inputs)
+        except BaseException:
+            self._net = None  # what was kept may be half updated: the next cycle reads everything
+            raise
+
+    def _world(self, inputs: Inputs) -> World:
         settings = self.settings
         warnings: list[str] = []
-        net = self._network(inputs)
+        changed = inputs.changed if self._net is not None else None
+        before = self._net
+        net = self._network(inputs, changed)
         warnings += net.warnings
         pols = self._policies(inputs.queue_policies)
         warnings += [p.error for p in pols if p.error]
@@ -106,28 +130,27 @@ class Observer:
         owned_by_job = owners.workload_owners(inputs.workloads)
         podgroups = {(objects.namespace(p), objects.name(p)): p for p in inputs.podgroups}
 
-        hostnames, live, generation = self._hostnames, self._live, self._generation
-        pods_by_gang: dict[GangKey, list[PodView]] = {}
-        cached_pods: dict[_Key, tuple[str, int, GangKey | None, PodView | None]] = {}
-        for pod in inputs.pods:
-            ns, name, rv = _ident(pod)
-            pk = (ns, name)
-            pod_hit = self._pods.get(pk)
-            if pod_hit is None or not rv or pod_hit[0] != rv or pod_hit[1] != generation:
-                raw = None if objects.pod_terminal(pod) else pod_gang_ref(pod)  # jobs' Workloads below
-                pod_hit = (rv, generation, raw, pod_view(pod, settings.gpu_resource, self._by_hostname) if raw else None)
-            if rv:
-                cached_pods[pk] = pod_hit
-            key, pview = pod_hit[2], pod_hit[3]
-            if key is None or pview is None:
-                continue
-            key = owning_workload(key, owned_by_job)
-            if key is None:
-                continue
-            pods_by_gang.setdefault(key, []).append(pview)
-        self._pods = cached_pods
+        full = changed is None or net is not before or owned_by_job != self._owned
+        self._owned = owned_by_job
+        if full:
+            self._eligible = {}
+            self._reserved = {}
+            touched = self._walk_pods(inputs.pods, owned_by_job)
+        else:
+            assert changed is not None
+            touched = self._pods_changed(changed, owned_by_job)
+        for g in touched:
+            members = self._members.get(g)
+            if members:
+                self._token += 1
+                ordered = tuple(sorted(members.values(), key=lambda p: p.name))
+                self._sorted[g] = (self._token, ordered, all(p.resource_version for p in ordered))
+            else:
+                self._members.pop(g, None)
+                self._sorted.pop(g, None)
 
-        keys: set[GangKey] = set(pods_by_gang)
+        hostnames, live, generation = self._hostnames, self._live, self._generation
+        keys: set[GangKey] = set(self._sorted)
         for (ns, wname), wl in workloads.items():
             if workload_check(wl, our_checks, cq_checks) is not None:
                 keys.add(GangKey(ns, WORKLOAD, wname))
@@ -138,20 +161,20 @@ class Observer:
                 keys.add(ref)
 
         gangs: list[GangView] = []
-        memo: dict[str, frozenset[str] | None] = {}
+        memo = self._eligible
         flavors = {objects.name(f): f.get("spec") or {} for f in inputs.resource_flavors}
         shared = (generation, self._pols_generation, our_checks, tuple(sorted(cq_checks.items())))
         cached_gangs: dict[GangKey, tuple[tuple[object, ...], GangView]] = {}
+        no_pods: tuple[int, tuple[PodView, ...], bool] = (0, (), True)
         for key in sorted(keys, key=lambda k: (k.namespace, k.kind, k.name)):  # GangKey's order, faster
             found: JSON | None = podgroups.get((key.namespace, key.name)) if key.kind == PODGROUP else (
                 workloads.get((key.namespace, key.name)) if key.kind == WORKLOAD else None)
-            pods = tuple(sorted(pods_by_gang.get(key, ()), key=lambda p: p.name))
+            token, pods, all_rv = self._sorted.get(key, no_pods)
             claim_name, claim = find_claim(key, found, claims, by_ref)
             found_rv = objects.resource_version(found) if found is not None else None
-            deps = (shared, found_rv, tuple((p.name, p.resource_version) for p in pods), claim_name,
-                    claim.resource_version if claim is not None else None)
+            deps = (shared, found_rv, token, claim_name, claim.resource_version if claim is not None else None)
             gang_hit = self._gangs.get(key)
-            if gang_hit is not None and gang_hit[0] == deps and found_rv != "" and all(p.resource_version for p in pods) and (
+            if gang_hit is not None and gang_hit[0] == deps and found_rv != "" and all_rv and (
                     claim is None or claim.resource_version):
                 gang = gang_hit[1]
             else:
@@ -172,11 +195,69 @@ class Observer:
 
         claimed = {g.claim.key for g in gangs if g.claim is not None and not g.finished}
         orphans = tuple(c for c in sorted(claims.values(), key=lambda c: c.key) if c.placed and c.key not in claimed)
-        allocatable, free = self._free_gpus(inputs, gangs, net.topology.nodes)
+        allocatable, free = self._free_gpus(inputs, gangs, net.topology.nodes, None if full else changed)
         return World(net.topology, net.source, allocatable, free, tuple(gangs), orphans, claims, pols, our_checks,
                      tuple(inputs.admission_checks), tuple(warnings))
 
-    def _network(self, inputs: Inputs) -> network.Network:
+    def _pod_entry(self, pod: JSON, hit: tuple[str, int, GangKey | None, PodView | None] | None,
+                   rv: str) -> tuple[str, int, GangKey | None, PodView | None]:
+        if hit is None or not rv or hit[0] != rv or hit[1] != self._generation:
+            raw = None if objects.pod_terminal(pod) else pod_gang_ref(pod)  # jobs' Workloads by their owner
+            hit = (rv, self._generation, raw,
+                   pod_view(pod, self.settings.gpu_resource, self._by_hostname) if raw else None)
+        return hit
+
+    def _walk_pods(self, pods: Sequence[JSON], owned_by_job: Mapping[tuple[str, str, str], str]) -> set[GangKey]:
+        """Every managed pod read (unchanged ones from the cache); the gangs whose members changed."""
+        cached: dict[_Key, tuple[str, int, GangKey | None, PodView | None]] = {}
+        gang_of: dict[_Key, GangKey] = {}
+        members: dict[GangKey, dict[str, PodView]] = {}
+        for pod in pods:
+            ns, name, rv = _ident(pod)
+            pk = (ns, name)
+            hit = self._pod_entry(pod, self._pods.get(pk), rv)
+            if rv:
+                cached[pk] = hit
+            key, pview = hit[2], hit[3]
+            if key is None or pview is None:
+                continue
+            key = owning_workload(key, owned_by_job)
+            if key is None:
+                continue
+            gang_of[pk] = key
+            members.setdefault(key, {})[pview.name] = pview
+        old = self._members
+        touched = {g for g in set(old) | set(members) if old.get(g) != members.get(g)}
+        self._pods, self._gang_of, self._members = cached, gang_of, members
+        return touched
+
+    def _pods_changed(self, changed: Changed, owned_by_job: Mapping[tuple[str, str, str], str]) -> set[GangKey]:
+        """The changed managed pods read; the gangs whose members changed."""
+        touched: set[GangKey] = set()
+        for pk, (pod, _) in changed.pods.items():
+            old = self._gang_of.pop(pk, None)
+            if old is not None:
+                self._members.get(old, {}).pop(pk[1], None)
+                touched.add(old)
+            if pod is None:
+                self._pods.pop(pk, None)
+                continue
+            hit = self._pod_entry(pod, self._pods.get(pk), _ident(pod)[2])
+            self._pods[pk] = hit
+            key, pview = hit[2], hit[3]
+            key = owning_workload(key, owned_by_job) if key is not None and pview is not None else None
+            if key is None or pview is None:
+                continue
+            self._gang_of[pk] = key
+            self._members.setdefault(key, {})[pview.name] = pview
+            touched.add(key)
+        return touched
+
+    def _network(self, inputs: Inputs, changed: Changed | None) -> network.Network:
+        if self._net is not None and changed is not None and self._same_nodes(changed) and self._net_sig is not None \
+                and self._net_sig[1] == tuple(objects.resource_version(o)
+                                              for o in (*inputs.capacities, *inputs.hypernodes)):
+            return self._net
         settings = self.settings
         cached: dict[str, tuple[str, tuple[tuple[str, str], ...]]] = {}
         nodes = []
@@ -202,6 +283,23 @@ class Observer:
                 self._generation += 1
         return self._net
 
+    def _same_nodes(self, changed: Changed) -> bool:
+        """Whether the changed nodes kept their names and labels (then the network stands); notes their rv."""
+        for name, node in changed.nodes.items():
+            hit = self._labels.get(name)
+            if node is None or hit is None:
+                return False
+            rv = objects.resource_version(node)
+            labels = tuple(sorted(objects.labels(node).items()))
+            if not rv or labels != hit[1]:
+                return False
+            self._labels[name] = (rv, labels)
+            taints = _taints(node)
+            if taints != self._taints.get(name):
+                self._taints[name] = taints
+                self._eligible.clear()  # the pending gangs are judged again against the new taints
+        return True
+
     def _policies(self, objs: Sequence[JSON]) -> tuple[QueuePolicyView, ...]:
         sig = tuple(objects.resource_version(p) for p in objs)
         if self._pols is None or self._pols[0] != sig or not all(sig):
@@ -210,49 +308,83 @@ class Observer:
             self._pols_generation += 1
         return self._pols[1]
 
-    def _free_gpus(self, inputs: Inputs, gangs: Sequence[GangView],
-                   names: Sequence[str]) -> tuple[tuple[int, ...], tuple[int, ...]]:
-        """:func:`free_gpus`, reading only the nodes and pods whose resourceVersion changed."""
+    def _free_gpus(self, inputs: Inputs, gangs: Sequence[GangView], names: Sequence[str],
+                   changed: Changed | None) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """:func:`free_gpus`, reading only the nodes and pods that changed (all of them without ``changed``)."""
         resource = self.settings.gpu_resource
-        index = {n: i for i, n in enumerate(names)}
-        alloc = [0] * len(names)
-        usable = [True] * len(names)
-        cached_nodes: dict[str, tuple[str, int, bool]] = {}
-        for node_obj in inputs.nodes:
-            _, name, rv = _ident(node_obj)
-            i = index.get(name)
-            if i is None:
-                continue
-            node_hit = self._nodes.get(name)
-            if node_hit is None or not rv or node_hit[0] != rv:
-                node_hit = (rv, *_node_gpus(node_obj, resource))
-            if rv:
-                cached_nodes[name] = node_hit
-            alloc[i], usable[i] = node_hit[1], node_hit[2]
-        self._nodes = cached_nodes
-        used = [0] * len(names)
-        seen: set[tuple[str, str]] = set()
-        cached: dict[_Key, tuple[str, str | None, int]] = {}
+        index = self._net.topology.node_index if self._net is not None else {n: i for i, n in enumerate(names)}
+        if changed is None:
+            self._alloc, self._usable = [0] * len(names), [True] * len(names)
+            cached_nodes: dict[str, tuple[str, int, bool]] = {}
+            taints: dict[str, str] = {}
+            for node_obj in inputs.nodes:
+                _, name, rv = _ident(node_obj)
+                i = index.get(name)
+                if i is None:
+                    continue
+                node_hit = self._nodes.get(name)
+                if node_hit is None or not rv or node_hit[0] != rv:
+                    node_hit = (rv, *node_gpus(node_obj, resource))
+                if rv:
+                    cached_nodes[name] = node_hit
+                self._alloc[i], self._usable[i] = node_hit[1], node_hit[2]
+                taints[name] = _taints(node_obj)
+            self._nodes, self._taints = cached_nodes, taints
+            self._walk_usage(inputs, index)
+        else:
+            for name, changed_node in changed.nodes.items():
+                i = index.get(name)
+                if i is None or changed_node is None:
+                    continue
+                rv = objects.resource_version(changed_node)
+                node_hit = (rv, *node_gpus(changed_node, resource))
+                self._nodes[name] = node_hit
+                self._alloc[i], self._usable[i] = node_hit[1], node_hit[2]
+            for pk, (managed, bound) in changed.pods.items():
+                old = self._contrib.pop(pk, None)
+                if old is not None:
+                    self._pod_used[old[0]] -= old[1]
+                new = pod_usage(bound, index, resource) or pod_usage(managed, index, resource)
+                if new is not None:
+                    self._contrib[pk] = new
+                    self._pod_used[new[0]] += new[1]
+        used = list(self._pod_used)
+        self._reserve(used, index, gangs)
+        free = tuple(max(0, a - u) if ok else 0 for a, u, ok in zip(self._alloc, used, self._usable))
+        return tuple(self._alloc), free
+
+    def _walk_usage(self, inputs: Inputs, index: Mapping[str, int]) -> None:
+        resource = self.settings.gpu_resource
+        contrib: dict[_Key, tuple[int, int]] = {}
+        used = [0] * len(index)
         for pod in [*inputs.bound_pods, *inputs.pods]:
-            ns, name, rv = _ident(pod)
+            ns, name, _ = _ident(pod)
             k = (ns, name)
-            if k in seen:
+            if k in contrib:
                 continue
-            use_hit = self._usage.get(k)
-            if use_hit is None or not rv or use_hit[0] != rv:
-                node = (pod.get("spec") or {}).get("nodeName")
-                bound = bool(node) and not objects.pod_terminal(pod)
-                use_hit = (rv, node if bound else None, objects.pod_gpus(pod, resource) if bound else 0)
-            if rv:
-                cached[k] = use_hit
-            if use_hit[1] is None or use_hit[1] not in index:
+            c = pod_usage(pod, index, resource)
+            if c is not None:
+                contrib[k] = c
+                used[c[0]] += c[1]
+        self._contrib, self._pod_used = contrib, used
+
+    def _reserve(self, used: list[int], index: Mapping[str, int], gangs: Sequence[GangView]) -> None:
+        """:func:`_reserve`, each gang's share worked out again only when its view changed."""
+        kept: dict[GangKey, tuple[GangView, tuple[tuple[int, int], ...]]] = {}
+        for gang in gangs:
+            if not gang.placed or gang.finished or gang.claim is None:
                 continue
-            seen.add(k)
-            used[index[use_hit[1]]] += use_hit[2]
-        self._usage = cached
-        _reserve(used, index, gangs)
-        free = tuple(max(0, a - u) if ok else 0 for a, u, ok in zip(alloc, used, usable))
-        return tuple(alloc), free
+            hit = self._reserved.get(gang.key)
+            if hit is None or hit[0] is not gang:
+                hit = (gang, reservation(gang, index))
+            kept[gang.key] = hit
+            for i, amount in hit[1]:
+                used[i] += amount
+        self._reserved = kept
+
+
+def _taints(node: Mapping[str, Any]) -> str:
+    return json.dumps((node.get("spec") or {}).get("taints") or [], sort_keys=True, default=str)
 
 
 def _ident(obj: Mapping[str, Any]) -> tuple[str, str, str]:
@@ -269,27 +401,6 @@ def _reuse(cache: Mapping[Any, tuple[str, Any]], fresh: dict[Any, tuple[str, Any
     if rv:
         fresh[key] = (rv, value)
     return value
-
-
-def _node_gpus(node_obj: Mapping[str, Any], resource: str) -> tuple[int, bool]:
-    alloc = int(objects.quantity(((node_obj.get("status") or {}).get("allocatable") or {}).get(resource, 0)))
-    ready = objects.condition(node_obj, "Ready")
-    return alloc, not (node_obj.get("spec") or {}).get("unschedulable") and (
-        ready is None or ready.get("status") == "True")
-
-
-def _reserve(used: list[int], index: Mapping[str, int], gangs: Sequence[GangView]) -> None:
-    """Add the GPUs placed gangs hold on their claims' nodes where their pods are not bound yet."""
-    for gang in gangs:
-        if not gang.placed or gang.finished or gang.claim is None:
-            continue
-        bound_here: dict[str, int] = {}
-        for p in gang.pods:
-            if p.node_name:
-                bound_here[p.node_name] = bound_here.get(p.node_name, 0) + p.gpus
-        for claimed, members in zip(gang.claim.nodes, gang.claim.members):
-            if claimed in index:
-                used[index[claimed]] += max(0, members * gang.gpus_per_member - bound_here.get(claimed, 0))
 
 
 def pod_view(pod: Mapping[str, Any], gpu_resource: str, by_hostname: Mapping[str, str] | None = None) -> PodView:
@@ -338,29 +449,3 @@ def claim_view(obj: Mapping[str, Any]) -> ClaimView:
         nodes=nodes, members=members, offset_ms=float(status.get("offsetMs") or 0.0),
         period_ms=float(status.get("periodMs") or 0.0), epoch_ms=int(status.get("epoch") or 0),
         conditions=conditions, status=status, locked=status.get("locked") is not False)
-
-
-
-def free_gpus(nodes: Sequence[Mapping[str, Any]], bound_pods: Iterable[Mapping[str, Any]],
-              managed_pods: Iterable[Mapping[str, Any]], gangs: Sequence[GangView], orphans: Sequence[ClaimView],
-              names: Sequence[str], resource: str) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """(allocatable, free) GPUs per node in ``names`` order; see the module docstring."""
-    index = {n: i for i, n in enumerate(names)}
-    alloc = [0] * len(names)
-    usable = [True] * len(names)
-    for node_obj in nodes:
-        i = index.get(objects.name(node_obj))
-        if i is not None:
-            alloc[i], usable[i] = _node_gpus(node_obj, resource)
-    used = [0] * len(names)
-    seen: set[tuple[str, str]] = set()
-    for pod in [*bound_pods, *managed_pods]:
-        k = (objects.namespace(pod), objects.name(pod))
-        node = (pod.get("spec") or {}).get("nodeName")
-        if k in seen or not node or node not in index or objects.pod_terminal(pod):
-            continue
-        seen.add(k)
-        used[index[node]] += objects.pod_gpus(pod, resource)
-    _reserve(used, index, gangs)
-    free = tuple(max(0, a - u) if ok else 0 for a, u, ok in zip(alloc, used, usable))
-    return tuple(alloc), free

@@ -151,6 +151,18 @@ class GangView:
 
 
 @dataclass(frozen=True)
+class Changed:
+    """What the informers reported since the last cycle: the current objects under every changed key.
+
+    ``pods``: (namespace, name) -> (the managed pod, the bound pod), None where that store no longer holds
+    it; ``nodes``: name -> the node, None when deleted. The Observer reads only these between full builds.
+    """
+
+    pods: Mapping[tuple[str, str], tuple[JSON | None, JSON | None]] = field(default_factory=dict)
+    nodes: Mapping[str, JSON | None] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class Inputs:
     """Every object a cycle reads, as the informers hold them."""
 
@@ -166,6 +178,7 @@ class Inputs:
     capacities: Sequence[JSON] = ()
     hypernodes: Sequence[JSON] = ()
     queue_policies: Sequence[JSON] = ()
+    changed: Changed | None = None  # None: no record of changes, every pod and node is read
 
 
 @dataclass(frozen=True)
