@@ -28,10 +28,11 @@ from volcano_metronome.controller.objects import JSON
 from volcano_metronome.controller.queuepolicy import QueuePolicyView
 from volcano_metronome.controller.settings import Settings
 from volcano_metronome.core.errors import InvalidInput
+from volcano_metronome.shapes.slots import DEFAULT_SCHEDULER, scheduled_by_volcano
 from volcano_metronome.controller.gangs import (claim_name_for, cluster_queue_checks, find_claim, gang_key_of_pod,
                                                 gang_view, member_specs, owning_workload, pod_gang_ref,
                                                 workload_check)
-from volcano_metronome.controller.views import (DEFAULT_SCHEDULER, GANG_API_VERSIONS, GANG_KINDS, JOB, PODGROUP,
+from volcano_metronome.controller.views import (GANG_API_VERSIONS, GANG_KINDS, JOB, PODGROUP,
                                                 RELEASED, WORKLOAD, AdmissionCheckState, Changed, ClaimView, GangKey,
                                                 GangView, Inputs, PodView, World)
 
@@ -415,11 +416,6 @@ def pod_view(pod: Mapping[str, Any], gpu_resource: str, by_hostname: Mapping[str
         annotations={k: ann[k] for k in (api.OFFSET_MS, api.PERIOD_MS, api.EPOCH) if k in ann},
         obj=dict(pod), allowed=objects.pinned_nodes(pod, by_hostname), ranks=ranking.rank_keys(pod),
         volcano_role=ranking.volcano_role(pod) if scheduled_by_volcano(pod) else "")
-
-
-def scheduled_by_volcano(pod: Mapping[str, Any]) -> bool:
-    """Whether a scheduler other than kube-scheduler places the pod (Volcano's name is configurable)."""
-    return (pod.get("spec") or {}).get("schedulerName") not in (None, "", DEFAULT_SCHEDULER)
 
 
 def claim_view(obj: Mapping[str, Any]) -> ClaimView:

@@ -21,7 +21,6 @@ PODGROUP, WORKLOAD, JOB = "PodGroup", "Workload", "Job"
 GANG_KINDS = (PODGROUP, WORKLOAD, JOB)
 GANG_API_VERSIONS = {PODGROUP: "scheduling.volcano.sh/v1beta1", WORKLOAD: "kueue.x-k8s.io/v1beta2", JOB: "batch/v1"}
 RELEASED = "Released"
-DEFAULT_SCHEDULER = "default-scheduler"
 
 
 @dataclass(frozen=True, order=True)
