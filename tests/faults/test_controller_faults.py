@@ -8,6 +8,7 @@ import pathlib
 import re
 import signal
 import time
+from typing import Any
 
 from tests.controller import builders as b
 from tests.controller.cluster import Cluster, ControllerProcess, start_controller, wait_until
@@ -42,8 +43,9 @@ def test_a_poison_gang_does_not_stop_a_normal_gang(cluster: Cluster, tmp_path: p
     assert cond["status"] == "True" and cond["reason"] == "Undecidable" and "25200 ms" in cond["message"]
     assert all(objects.gated_by_us(p) for p in cluster.pods(ns)
                if objects.annotations_of(p)[api.GANG_NAME] == "poison")
-    events = [e for e in cluster.k.list(kube.EVENTS, ns)["items"] if e["reason"] == "NoFit"]
-    assert events and "30000" in events[0]["note"]
+    events = wait_until(lambda: [e for e in cluster.k.list(kube.EVENTS, ns)["items"] if e["reason"] == "NoFit"],
+                        10, "the NoFit event")  # Events go out after the claim and pod writes
+    assert "30000" in events[0]["note"]
     assert ctl.metric("metronome_controller_cycle_failures_total") == 0
     assert wait_until(lambda: ctl.metric('metronome_controller_no_fits_total'), 10, "metrics")
     cluster.check_consistent(ns)
@@ -181,9 +183,15 @@ def test_a_node_vanishing_under_a_decided_gang_gets_the_gang_re_decided(
         assert objects.pinned_nodes(p) == tuple(new) and p["metadata"]["uid"] not in v_before.values()
     cond = objects.condition(claim, "NodeVanished")
     assert cond is not None and (cond["status"], cond["reason"]) == ("False", "Redecided"), claim["status"]
-    events = [e for e in cluster.k.list(kube.EVENTS, ns)["items"] if e["reason"] == "NodeVanished"]
-    about = {(e["regarding"]["kind"], e["regarding"]["name"]) for e in events}
-    assert {("PodGroup", "v"), ("STBandwidthClaim", "podgroup-v")} <= about, about
+    def vanished_events() -> list[dict[str, Any]]:
+        return [e for e in cluster.k.list(kube.EVENTS, ns)["items"] if e["reason"] == "NodeVanished"]
+
+    def about(events: list[dict[str, Any]]) -> set[tuple[str, str]]:
+        return {(e["regarding"]["kind"], e["regarding"]["name"]) for e in events}
+
+    # Events go out after the claim and pod writes: waited for, not read at once.
+    events = wait_until(lambda: (ev := vanished_events()) and {("PodGroup", "v"), ("STBandwidthClaim", "podgroup-v")}
+                        <= about(ev) and ev, 10, lambda: f"the NodeVanished events (seen: {about(vanished_events())})")
     assert all(e["type"] == "Warning" and f"node {old['v'][0]} vanished before the gang was bound; re-deciding"
                in e["note"] for e in events if e["regarding"]["name"] in ("v", "podgroup-v"))
     # Bound pods untouched, their claim kept; bare pods reported and kept.

@@ -41,7 +41,9 @@ def test_gated_pods_get_affinity_annotations_and_are_ungated(cluster: Cluster, t
         assert objects.condition_true(claim, "Placed") and claim["status"]["periodMs"] == 200
     for p in cluster.pods(ns):
         assert objects.gates(p) == () and objects.pinned_node(p) is not None
-    events = cluster.k.list(kube.EVENTS, ns)["items"]
+    # Events go out after the pod writes (writer order): waited for, not read at once.
+    events = wait_until(lambda: [e for e in cluster.k.list(kube.EVENTS, ns)["items"] if e["reason"] == "Placed"],
+                        10, "the Placed events")
     assert {e["reason"] for e in events} >= {"Placed"}
     assert wait_until(lambda: ctl.metric("metronome_controller_placements_total"), 10, "metrics") == 2
 
@@ -164,7 +166,7 @@ def test_two_replicas_exactly_one_acts_and_the_other_takes_over(cluster: Cluster
     assert standby.metric("metronome_controller_leader") == 0
     cluster.gang(ns, "a", 2)
     wait_until(lambda: cluster.ungated(ns, ["a"]), 60, lambda: f"gang a\n{leader.logs()}")
-    events = cluster.k.list(kube.EVENTS, ns)["items"]
+    events = wait_until(lambda: cluster.k.list(kube.EVENTS, ns)["items"], 10, "the leader's events")
     assert {e.get("reportingInstance") for e in events} == {leader.identity}
     assert standby.metric("metronome_controller_placements_total") == 0
     leader.kill()
@@ -342,16 +344,18 @@ def test_a_lone_gang_runs_free_is_locked_by_a_gang_sharing_its_nics_and_unlocked
     assert a["epoch"] > before_ms and a["epoch"] > c["epoch"]  # from a future epoch; b aligns at once
     assert_interleaved(a, c)
     cluster.check_consistent(ns)
-    events = cluster.k.list(kube.EVENTS, ns)["items"]
-    assert [e["regarding"]["name"] for e in events if e["reason"] == "Locked"] == ["a"]
+    # The Events go out after the pod writes (writer order), so they are waited for, not read at once.
+    def regarding(reason: str) -> list[str]:
+        return [e["regarding"]["name"] for e in cluster.k.list(kube.EVENTS, ns)["items"] if e["reason"] == reason]
+
+    assert wait_until(lambda: regarding("Locked"), 10, "the Locked event") == ["a"]
     assert wait_until(lambda: ctl.metric("metronome_controller_locks_total"), 10, "the locks metric") == 1
 
     delete_gang(cluster, ns, "b")
     wait_until(lambda: "podgroup-b" not in cluster.claims(ns) and follows_claim(cluster, ns, "a", locked=False), 60,
                lambda: f"gang a unlocked by a re-optimisation pass\n{ctl.logs()}")
     assert all(timing(p) == {api.PERIOD_MS: "200"} for p in gang_pods(cluster, ns, "a"))
-    events = cluster.k.list(kube.EVENTS, ns)["items"]
-    assert [e["regarding"]["name"] for e in events if e["reason"] == "Unlocked"] == ["a"]
+    assert wait_until(lambda: regarding("Unlocked"), 10, "the Unlocked event") == ["a"]
     assert wait_until(lambda: ctl.metric("metronome_controller_unlocks_total"), 10, "the unlocks metric") == 1
 
 
