@@ -111,3 +111,11 @@ def link_shares(topology, nodes, members, collective):
             pairs = sum(1 for a in workers for b in workers if (a in link.nodes) and (b not in link.nodes))
             out[i] = pairs / (n - 1)
     return out
+
+
+def commensurate(grid_periods, period_slots, others):
+    """The smallest allowed period >= period_slots that divides, or is a multiple of, every one of others."""
+    for p in sorted(grid_periods):
+        if p >= period_slots - 1e-9 and all(p % o == 0 or o % p == 0 for o in others):
+            return p
+    return None

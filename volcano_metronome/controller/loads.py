@@ -115,7 +115,7 @@ def _assume(snap: Snapshot, r: Running) -> None:
     grid = snap.grid
     nodes = snap.topology.nodes_of(r.nodes)
     offset = int(round(r.offset_ms / grid.slot_ms))
-    snap.assume(r.gang, nodes, np.array(r.members), offset, lay_out(r.gang.profile, grid), hold_gpus=False,
+    snap.assume(r.gang, nodes, np.array(r.members), offset, lay_out(r.gang.profile, grid, grid.held(r.gang.profile.period_ms, r.period_ms)), hold_gpus=False,
                 locked=r.locked)
 
 

@@ -224,4 +224,4 @@ def running_gang(claim: ClaimView, profile: Profile, priority: int, gpm: int, cr
     gang = Gang(uid=f"{claim.namespace}/{claim.name}", name=label, size=sum(m for _, m in kept),
                 gpus_per_member=gpm, profile=profile, priority=priority, created_s=created)
     return Running(gang, tuple(n for n, _ in kept), tuple(m for _, m in kept), claim.origin_offset_ms(),
-                   locked=claim.locked)
+                   locked=claim.locked, period_ms=claim.period_ms or None)

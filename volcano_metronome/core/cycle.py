@@ -7,6 +7,7 @@ from typing import Sequence
 import numpy as np
 
 from volcano_metronome.core.decision import Decision, NoFit, decide
+from volcano_metronome.core.grid import lay_out
 from volcano_metronome.core.model import Gang, Policy
 from volcano_metronome.core.ordering import order
 from volcano_metronome.core.snapshot import Snapshot
@@ -30,7 +31,8 @@ def schedule(snapshot: Snapshot, pending: Sequence[Gang], policy: Policy,
 def commit(snapshot: Snapshot, gang: Gang, decision: Decision) -> None:
     """Assume ``decision`` in ``snapshot``: its GPUs are taken, its links loaded, its neighbours locked."""
     nodes = snapshot.topology.nodes_of(decision.nodes)
-    snapshot.assume(gang, nodes, np.array(decision.members), decision.offset_slots, locked=decision.locked)
+    pattern = lay_out(gang.profile, snapshot.grid, snapshot.grid.held(gang.profile.period_ms, decision.period_ms))
+    snapshot.assume(gang, nodes, np.array(decision.members), decision.offset_slots, pattern, locked=decision.locked)
     for uid, offset in decision.relocations:
         placed = snapshot.forget(uid)
         snapshot.assume(placed.gang, placed.nodes, placed.members, offset, placed.pattern, placed.holds_gpus,

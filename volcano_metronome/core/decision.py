@@ -126,12 +126,16 @@ class _Scored:
     overflow: int
     peak: float
     lock: "_Lock"
+    pattern: Pattern
+    scale: float = 1.0  # the lock's costs are per lcm(hyperperiod, period): this brings them to the grid snap's span
+    local: bool = False  # the pattern is a local snap (``_local``), longer than the profile's grid snap
 
     def key(self) -> tuple[bool, float, float, int, int, int]:
         return (not self.feasible, self.cost, self.peak, self.candidate.racks, self.candidate.rank, self.lateness)
 
-    def expected_key(self) -> tuple[float, int, int, int]:
-        return (round(self.lock.expected_ms, 6), self.candidate.racks, self.candidate.rank, self.lateness)
+    def expected_key(self) -> tuple[float, bool, int, int, int]:
+        return (round(self.lock.expected_ms * self.scale, 6), self.local, self.candidate.racks, self.candidate.rank,
+                self.lateness)
 
 
 @dataclass(frozen=True)
@@ -153,7 +157,8 @@ class _Lock:
 def decide(snapshot: Snapshot, gang: Gang, policy: Policy, earliest: int = 0) -> Decision | NoFit:
     """The best node set and offset for ``gang`` given the snapshot, or why there is none.
 
-    ``earliest`` (slots) breaks the last tie: the offset reached first counting from it wins.
+    ``earliest`` (slots after the epoch, modulo the grid's hyperperiod cap, which every period divides)
+    breaks the last tie: the offset reached first counting from it wins.
     """
     pattern = lay_out(gang.profile, snapshot.grid)
     free, admitted = _free_for(snapshot, gang)
@@ -172,31 +177,44 @@ def decide(snapshot: Snapshot, gang: Gang, policy: Policy, earliest: int = 0) ->
         if policy.lock_on_demand:  # built only now: most decisions never need them
             found = candidates(snapshot.topology, free, snapshot.link_mean, gang, policy.max_candidates)
         scored += [s for c in found.secondary if (s := _score(snapshot, gang, pattern, c, policy, earliest)) is not None]
+    if policy.lock_on_demand:
+        scored += [s for g in scored if (s := _local(snapshot, gang, g, policy, earliest)) is not None]
     if not scored:
         return NoFit(gang.uid, (
             f"priority protection: every node set and offset would delay more than "
             f"{policy.overflow_tolerance:.0%} of a higher-priority gang's traffic on some link"))
-    best = min(scored, key=_Scored.expected_key if policy.lock_on_demand else _Scored.key)
-    lock = best.lock
+    key = _Scored.expected_key if policy.lock_on_demand else _Scored.key
+    best = min(scored, key=key)
+    if best.local:  # a local snap pays its padding only to be locked; otherwise the gang keeps its grid snap
+        settled = _settle(snapshot, gang, best, policy, earliest)
+        if settled.locked:
+            return settled
+        best = min((s for s in scored if not s.local), key=key)
+    return _settle(snapshot, gang, best, policy, earliest)
+
+
+def _settle(snapshot: Snapshot, gang: Gang, best: _Scored, policy: Policy, earliest: int) -> Decision:
+    """The decision for the chosen node set and offset: locked or free, and whom it locks (module docstring)."""
+    lock, pattern = best.lock, best.pattern
     if not (policy.lock_on_demand and not lock.locked and lock.closure and math.isfinite(lock.padding_ms)):
-        return _decision(snapshot, gang, pattern, best)
+        return _decision(snapshot, gang, best)
     # The gangs a lock takes along collide among themselves too while they run free: count that saving.
     span = int(np.lcm(snapshot.hyperperiod, pattern.slots))
     saving = lock.free_delay_ms + sum(_free_ms(snapshot, uid, policy, span) for uid in lock.closure)
     if saving <= lock.padding_ms:
-        return _decision(snapshot, gang, pattern, best)
+        return _decision(snapshot, gang, best)
     whole = dataclasses.replace(lock, locked=True, locks=lock.closure, free_delay_ms=saving)
     if lock.no_overflow and all(snapshot.clean(uid) for uid in lock.closure):
-        return _decision(snapshot, gang, pattern, dataclasses.replace(best, lock=whole))
+        return _decision(snapshot, gang, dataclasses.replace(best, lock=whole))
     moved = _relocate(snapshot, gang, pattern, best, policy)
     if moved is None:
-        return _decision(snapshot, gang, pattern, best)
+        return _decision(snapshot, gang, best)
     offset = moved.pop(gang.uid)
     best = dataclasses.replace(best, offset=offset, lateness=(offset - earliest) % pattern.slots,
                                feasible=bool(score_offsets(snapshot, gang, pattern, best.candidate.nodes,
                                                            policy, best.candidate.members).fits[offset]),
                                cost=0.0, overflow=0, lock=whole)
-    return dataclasses.replace(_decision(snapshot, gang, pattern, best), relocations=tuple(sorted(
+    return dataclasses.replace(_decision(snapshot, gang, best), relocations=tuple(sorted(
         (uid, o) for uid, o in moved.items() if o != snapshot.placed[uid].offset)))
 
 
@@ -283,6 +301,36 @@ def score_offsets(snapshot: Snapshot, gang: Gang, pattern: Pattern, nodes: np.nd
     return OffsetScores(fits, cost, overflow, peak, tolerated, free_delay)
 
 
+def _local(snapshot: Snapshot, gang: Gang, scored: _Scored, policy: Policy, earliest: int) -> _Scored | None:
+    """``scored``'s node set at the gang's local snap, when that differs from its grid snap and admits an
+    offset without overflow; else None.
+
+    On a contended link, gangs whose periods do not divide one another sweep every relative phase over
+    their common hyperperiod, so no offset avoids their collisions (round 5 of docs/simulator.md: not one
+    of 100 such decisions had one). The local snap (``SlotGrid.commensurate``) is the shortest grid period
+    that divides or is a multiple of every contended neighbour's: the padding that commensurability
+    requires, and no more. Whether the gang then locks is decided as at its grid snap (the lock must pay),
+    so a local snap is taken only where the collisions it removes cost more than its padding.
+    """
+    if scored.lock.locked or not math.isfinite(scored.lock.padding_ms):
+        return None
+    pattern = scored.pattern
+    links, mult = loaded_links(snapshot.topology, scored.candidate.nodes, scored.candidate.members,
+                               gang.profile.collective)
+    theirs = np.array(sorted({snapshot.placed[u].pattern.slots for u in snapshot.neighbours(
+        snapshot.contended(links, scaled(mult, int(pattern.rates.max()))))}), dtype=np.int64)
+    if not len(theirs) or ((pattern.slots % theirs == 0) | (theirs % pattern.slots == 0)).all():
+        return None
+    period = snapshot.grid.commensurate(gang.profile.period_ms, theirs)
+    if period is None or period.slots == pattern.slots:
+        return None
+    local = _score(snapshot, gang, lay_out(gang.profile, snapshot.grid, period), scored.candidate, policy, earliest)
+    if local is None or not local.lock.no_overflow:
+        return None
+    scale = math.lcm(snapshot.hyperperiod, pattern.slots) / math.lcm(snapshot.hyperperiod, period.slots)
+    return dataclasses.replace(local, scale=scale, local=True)
+
+
 def _score(snapshot: Snapshot, gang: Gang, pattern: Pattern, cand: Candidate, policy: Policy,
            earliest: int) -> _Scored | None:
     scores = score_offsets(snapshot, gang, pattern, cand.nodes, policy, cand.members)
@@ -303,7 +351,7 @@ def _score(snapshot: Snapshot, gang: Gang, pattern: Pattern, cand: Candidate, po
     return _Scored(cand, pick, (pick - earliest) % pattern.slots, feasible, float(scores.cost[pick]),
                    overflow, float(scores.peak[pick]),
                    _lock(snapshot, gang, pattern, cand.nodes, cand.members, overflow == 0, scores.free_delay,
-                         policy))
+                         policy), pattern)
 
 
 def padding_ms(gang: Gang, pattern: Pattern, span: int) -> float:
@@ -358,8 +406,8 @@ def _unlocked_closure(snapshot: Snapshot, neighbours: set[str], links: np.ndarra
     return out
 
 
-def _decision(snapshot: Snapshot, gang: Gang, pattern: Pattern, best: _Scored) -> Decision:
-    topo, grid = snapshot.topology, snapshot.grid
+def _decision(snapshot: Snapshot, gang: Gang, best: _Scored) -> Decision:
+    topo, grid, pattern = snapshot.topology, snapshot.grid, best.pattern
     links, _ = loaded_links(topo, best.candidate.nodes, best.candidate.members, gang.profile.collective)
     span = np.lcm(snapshot.hyperperiod, pattern.slots)
     periods_in_span = int(span // pattern.slots)

@@ -87,6 +87,33 @@ class SlotGrid:
             raise limits.beyond_cap(field, period_ms, self.max_hyperperiod_ms)
         return SnappedPeriod(int(self.periods[index]), period_ms, self.slot_ms)
 
+    def commensurate(self, period_ms: float, others: np.ndarray) -> SnappedPeriod | None:
+        """The smallest grid period at least ``period_ms`` long that divides, or is a multiple of, each of ``others``.
+
+        ``others`` are the periods (slots) of the gangs a gang shares contended links with: at such a
+        period their common (local) hyperperiod is the longest of them, so the gang's bursts meet
+        theirs at fixed phases instead of sweeping every phase, and an offset without overflow can
+        exist. None when no grid period qualifies.
+        """
+        periods = self.periods[self.periods >= period_ms / self.slot_ms - 1e-9]
+        others = np.asarray(others, dtype=np.int64)
+        if len(others):
+            ok = ((periods[:, None] % others[None, :] == 0) | (others[None, :] % periods[:, None] == 0)).all(axis=1)
+            periods = periods[ok]
+        return SnappedPeriod(int(periods[0]), period_ms, self.slot_ms) if len(periods) else None
+
+    def held(self, period_ms: float, published_ms: float | None, field: str = "period_ms") -> SnappedPeriod:
+        """The period a running gang holds: the one published for it when that is a grid period at least
+        ``period_ms`` (a local snap, ``commensurate``), else the snap of ``period_ms`` (what every claim
+        carried before local snapping, and all a changed profile can still use)."""
+        if published_ms is not None:
+            slots = published_ms / self.slot_ms
+            whole = int(round(slots))
+            if (math.isclose(slots, whole) and whole * self.slot_ms >= period_ms - 1e-6
+                    and self.max_hyperperiod_slots % max(whole, 1) == 0 and whole >= 1):
+                return SnappedPeriod(whole, period_ms, self.slot_ms)
+        return self.snap(period_ms, field)
+
     def slots(self, ms: float) -> int:
         """Whole slots covering ``ms`` (rounded up: guards are conservative)."""
         return int(math.ceil(ms / self.slot_ms - 1e-9))
@@ -111,9 +138,9 @@ class Pattern:
         return self.period.slots
 
 
-def lay_out(profile: Profile, grid: SlotGrid) -> Pattern:
-    """Lay ``profile`` on ``grid``: window edges are rounded outwards, rates to whole Mbps."""
-    period = grid.snap(profile.period_ms, "profile.period_ms")
+def lay_out(profile: Profile, grid: SlotGrid, period: SnappedPeriod | None = None) -> Pattern:
+    """Lay ``profile`` on ``grid`` at ``period`` (default: its snap): window edges rounded outwards, rates to whole Mbps."""
+    period = period or grid.snap(profile.period_ms, "profile.period_ms")
     rates = np.zeros(period.slots, dtype=np.int64)
     for w in profile.windows:
         start = int(math.floor(w.start_ms / grid.slot_ms + 1e-9))

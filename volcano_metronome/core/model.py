@@ -44,7 +44,8 @@ class Gang:
 class Running:
     """A gang that holds its nodes: members per node, and the offset of its windows (ms after the epoch).
 
-    ``locked``: its runtime aligns bursts to the offset. An unlocked gang shared no link when it was
+    ``locked``: its runtime aligns bursts to the offset; ``period_ms``: the snapped period it was given,
+    which a local snap (``core.decision``) may have made longer than its profile's snap. An unlocked gang shared no link when it was
     placed; its offset is provisional until a gang that shares a link locks it (``Decision.locks``).
     """
 
@@ -53,6 +54,7 @@ class Running:
     members: tuple[int, ...]
     offset_ms: float
     locked: bool = True
+    period_ms: float | None = None  # the period published for it (``SlotGrid.held``); None: its profile's snap
 
     def __post_init__(self) -> None:
         if len(self.nodes) != len(self.members) or not self.nodes:

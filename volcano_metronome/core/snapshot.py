@@ -61,7 +61,8 @@ class Snapshot:
     def build(cls, state: ClusterState, grid: SlotGrid) -> "Snapshot":
         """A snapshot of ``state``; running gangs' GPUs are already missing from ``state.free_gpus``."""
         snap = cls(state.topology, grid, np.array(state.free_gpus))
-        patterns = [lay_out(r.gang.profile, grid) for r in state.running]
+        patterns = [lay_out(r.gang.profile, grid, grid.held(r.gang.profile.period_ms, r.period_ms))
+                    for r in state.running]
         snap._grow(math.lcm(1, *(p.slots for p in patterns)))
         for running, pattern in zip(state.running, patterns):
             nodes = state.topology.nodes_of(running.nodes)

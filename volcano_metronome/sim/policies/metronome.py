@@ -76,7 +76,8 @@ class Metronome(SimPolicy):
         out = []
         for gang in order(gangs, self.policy, now):
             started = time.perf_counter()
-            earliest = first_slot(now, self.snapshot.grid, self.snapshot.grid.snap(gang.profile.period_ms).slots)
+            # Modulo the cap, which every period divides: right whichever period (grid or local snap) the gang gets.
+            earliest = first_slot(now, self.snapshot.grid, self.snapshot.grid.max_hyperperiod_slots)
             result = decide(self.snapshot, gang, self.policy, earliest=earliest)
             elapsed = (time.perf_counter() - started) * 1000.0
             if not isinstance(result, Decision):
