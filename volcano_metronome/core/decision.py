@@ -44,7 +44,10 @@ would spare one another are added (each one's overflow at a random phase against
 ``_free_ms``); where the closure's provisional offsets leave the gang no offset without overflow,
 those offsets are re-optimised among themselves first (they run free, so they may move before they
 lock: ``Decision.relocations``), and the lock is taken only if none of them then overflows.
-Otherwise it runs free, and so do its neighbours. With lock on demand, candidate node sets are
+Otherwise it runs free, and so do its neighbours. Beside gangs whose periods do not divide its own
+on a contended link, no offset avoids collisions at the gang's grid snap, so each node set is also
+scored at its local snap (``_local``: the shortest grid period commensurate with theirs), taken only
+where the lock it then allows pays. With lock on demand, candidate node sets are
 ranked by that expected cost first (padding where locked, collisions where free, nothing where no
 link is contended), then by locality and their rank in ``core.placement`` (binpack first, as
 Volcano's topology plugin would place the gang). ``Snapshot.unlockable`` names locked gangs left
