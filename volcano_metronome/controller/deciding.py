@@ -66,7 +66,8 @@ def snapshot(world: World, settings: Settings) -> tuple[Snapshot, list[str]]:
         try:
             nodes = world.topology.nodes_of(r.nodes)
             offset = int(round(r.offset_ms / grid.slot_ms))
-            snap.assume(r.gang, nodes, np.array(r.members), offset, lay_out(r.gang.profile, grid, grid.held(r.gang.profile.period_ms, r.period_ms)), hold_gpus=False,
+            pattern = lay_out(r.gang.profile, grid, grid.held(r.gang.profile.period_ms, r.period_ms))
+            snap.assume(r.gang, nodes, np.array(r.members), offset, pattern, hold_gpus=False,
                         locked=r.locked)
         except InvalidInput as exc:
             warnings.append(f"running gang {r.gang.name}: {exc}; its traffic is not accounted for")

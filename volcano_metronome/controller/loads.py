@@ -115,7 +115,8 @@ def _assume(snap: Snapshot, r: Running) -> None:
     grid = snap.grid
     nodes = snap.topology.nodes_of(r.nodes)
     offset = int(round(r.offset_ms / grid.slot_ms))
-    snap.assume(r.gang, nodes, np.array(r.members), offset, lay_out(r.gang.profile, grid, grid.held(r.gang.profile.period_ms, r.period_ms)), hold_gpus=False,
+    pattern = lay_out(r.gang.profile, grid, grid.held(r.gang.profile.period_ms, r.period_ms))
+    snap.assume(r.gang, nodes, np.array(r.members), offset, pattern, hold_gpus=False,
                 locked=r.locked)
 
 

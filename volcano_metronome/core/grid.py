@@ -139,7 +139,7 @@ class Pattern:
 
 
 def lay_out(profile: Profile, grid: SlotGrid, period: SnappedPeriod | None = None) -> Pattern:
-    """Lay ``profile`` on ``grid`` at ``period`` (default: its snap): window edges rounded outwards, rates to whole Mbps."""
+    """Lay ``profile`` on ``grid`` at ``period`` (default: its snap); window edges rounded outwards, rates to Mbps."""
     period = period or grid.snap(profile.period_ms, "profile.period_ms")
     rates = np.zeros(period.slots, dtype=np.int64)
     for w in profile.windows:

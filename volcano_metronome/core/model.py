@@ -45,8 +45,9 @@ class Running:
     """A gang that holds its nodes: members per node, and the offset of its windows (ms after the epoch).
 
     ``locked``: its runtime aligns bursts to the offset; ``period_ms``: the snapped period it was given,
-    which a local snap (``core.decision``) may have made longer than its profile's snap. An unlocked gang shared no link when it was
-    placed; its offset is provisional until a gang that shares a link locks it (``Decision.locks``).
+    which a local snap (``core.decision``) may have made longer than its profile's snap. An unlocked gang
+    shared no link when it was placed; its offset is provisional until a gang that shares a link locks
+    it (``Decision.locks``).
     """
 
     gang: Gang
