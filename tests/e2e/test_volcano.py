@@ -243,11 +243,15 @@ def test_a_job_decided_before_volcano_enqueues_it_has_its_pods_created_placed(
                                    "metadata": {"name": queue},
                                    "spec": {"weight": 1, "capability": {manifests.GPU_RESOURCE: "4"}}})
     try:
+        wait_until(lambda: ((k.get(kube.VOLCANO_QUEUES, None, queue) or {}).get("status") or {}).get("state") == "Open",
+                   TIMEOUT, lambda: f"queue {queue} Open (Volcano's webhook refuses Jobs to other queues)\n{logs()}")
         k.create(kube.VOLCANO_JOBS, _job(upstream, namespace, "early", 2, 8, queue=queue), namespace)
         group = wait_until(lambda: podgroup_of(k, namespace, "early"), TIMEOUT, lambda: f"the PodGroup\n{logs()}")
         assert api.POD_CONSTRAINTS in objects.annotations_of(group)
         claim = wait_until(lambda: (c := claim_of(k, namespace, group)) is not None and decided(c) and c, TIMEOUT,
                            lambda: f"the PodGroup decided before its pods\n{logs()}")
+        assert _phase(k, namespace, "early") in (None, "", "Pending") and not pods_of(k, namespace, "early")
+        time.sleep(3)  # Volcano's enqueue (every second) keeps it out of the queue: still no pods
         assert _phase(k, namespace, "early") == "Pending" and not pods_of(k, namespace, "early")
         k.patch(kube.VOLCANO_QUEUES, None, queue, {"spec": {"capability": {manifests.GPU_RESOURCE: "1000"}}})
         wait_until(lambda: len(pods_of(k, namespace, "early")) == 2 and bound(pods_of(k, namespace, "early"))
