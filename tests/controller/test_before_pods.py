@@ -164,6 +164,10 @@ def test_the_templates_node_constraints_limit_the_nodes_decided_before_pods(fake
     (lambda g: g["metadata"]["annotations"].update(
         {api.POD_CONSTRAINTS: templates.encode([{"priorityClassName": "low"}])}), "priority class low"),
     (lambda g: g["status"].update({"phase": "Running"}), None),
+    # Volcano turns a group whose pods were deleted back to Pending: it ran before, it is not decided again.
+    (lambda g: g["status"].update({"running": 0, "succeeded": 2}), None),
+    (lambda g: g["status"].update({"conditions": [{"type": "Scheduled", "status": "True"}]}), None),
+    (lambda g: g["metadata"].update({"deletionTimestamp": "2026-11-23T18:00:00Z"}), None),
 ])
 def test_a_podgroup_that_cannot_speak_for_its_pods_waits_for_them(fake: FakeApi, change: Any, why: str | None) -> None:
     g = group()

@@ -83,7 +83,25 @@ def decidable_before_pods(obj: Mapping[str, Any]) -> bool:
     node constraints of its pods, and Volcano has not created them yet (cheap: read every cycle per PodGroup)."""
     ann = objects.annotations_of(obj)
     return (api.POD_CONSTRAINTS in ann and (api.PROFILE in ann or api.PROFILE_ERROR in ann)
-            and str((obj.get("status") or {}).get("phase") or "") in BEFORE_PODS)
+            and _before_pods(obj) == "")
+
+
+def _before_pods(obj: Mapping[str, Any]) -> str:
+    """Why a PodGroup without pods is not one whose pods are still to come ("" when it is).
+
+    Volcano's scheduler turns a group whose pods are gone (deleted with their namespace or a restarting
+    Job) back to Pending; one that ever ran, or is being deleted, is left to its pods, as before.
+    """
+    status = obj.get("status") or {}
+    phase = str(status.get("phase") or "")
+    if phase not in BEFORE_PODS:
+        return f"no pods (PodGroup phase {phase})"
+    if objects.meta(obj).get("deletionTimestamp"):
+        return "no pods (PodGroup being deleted)"
+    if any(status.get(k) for k in ("running", "succeeded", "failed")) or any(
+            isinstance(c, dict) and c.get("type") == "Scheduled" for c in status.get("conditions") or []):
+        return "no pods (its pods ran before: waiting for new ones)"
+    return ""
 
 
 def gang_key_of_pod(pod: Mapping[str, Any], owned_by_job: Mapping[tuple[str, str, str], str]) -> GangKey | None:
@@ -288,10 +306,8 @@ def _waiting(key: GangKey, obj: Mapping[str, Any] | None, pods: Sequence[PodView
             return "waiting for Kueue to reserve quota"
         return ""
     if not pods and key.kind == PODGROUP and obj is not None:
-        phase = str((obj.get("status") or {}).get("phase") or "")
-        if phase not in BEFORE_PODS:
-            return f"no pods (PodGroup phase {phase})"
-        return podgroup_templates(obj)[1]  # decided now, before Volcano creates its pods: they are created placed
+        # Decided now, before Volcano creates its pods: they are created placed.
+        return _before_pods(obj) or podgroup_templates(obj)[1]
     if not any(p.gated for p in pods):
         return "no gated pods"
     if len(pods) < size:
