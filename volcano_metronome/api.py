@@ -31,6 +31,10 @@ PROFILE_SOURCE = PREFIX + "profile-source"  # one of PROFILE_SOURCES
 PROFILE_SOURCES = ("annotation", "claim", "catalog", "default")
 GANG_SIZE = PREFIX + "gang-size"
 PROFILE_ERROR = PREFIX + "profile-error"  # why a controller-created object's profile was not usable
+# On a Volcano Job (and so on the PodGroup Volcano copies its annotations to): the node constraints of its
+# task templates (JSON list of pod-spec fragments: nodeSelector, required node affinity, tolerations), so
+# the controller can decide the gang before its pods exist.
+POD_CONSTRAINTS = PREFIX + "pod-constraints"
 
 # Gang membership of a pod, written by the webhook on the pods it gates.
 MANAGED_LABEL = PREFIX + "managed"  # label "true" on gated pods and on managed pod templates: selects them

@@ -25,6 +25,7 @@ apiserver_request_total{code="201",component="apiserver",dry_run="",group="",res
 apiserver_request_total{code="201",component="apiserver",dry_run="All",group="",resource="pods",scope="resource",subresource="",verb="POST",version="v1"} 7
 apiserver_request_total{code="200",component="apiserver",dry_run="",group="coordination.k8s.io",resource="leases",scope="resource",subresource="",verb="PUT",version="v1"} 130
 apiserver_request_total{code="200",component="apiserver",dry_run="",group="",resource="pods",scope="resource",subresource="",verb="GET",version="v1"} 900
+apiserver_request_total{code="404",component="apiserver",dry_run="",group="",resource="events",scope="resource",subresource="",verb="PATCH",version="v1"} 12
 """
 
 
@@ -32,6 +33,7 @@ def test_writes_count_write_verbs_only_and_leave_heartbeats_and_dry_runs_out_of_
     figures = workload.writes(workload.request_counts(METRICS_BEFORE), workload.request_counts(METRICS_AFTER))
     assert figures["by_resource"] == {"pods": 32, "leases": 30, "pods/binding": 16}
     assert figures["total"] == 78 and figures["workload"] == 48
+    assert figures["rejected"] == {"events": 12}  # refused writes (a deleted namespace's Events) apart
 
 
 def test_histogram_totals_sum_over_labels():

@@ -67,3 +67,12 @@ def held_claims(k: kube.Kube) -> list[str]:
 def created_gated(first_version: Mapping[str, Any]) -> bool:
     """The pod as created (its first recorded version) carried our scheduling gate."""
     return api.SCHEDULING_GATE in objects.gates(first_version)
+
+
+def created_placed(first_version: Mapping[str, Any], claim: Mapping[str, Any]) -> bool:
+    """The pod as created was already placed by our webhook from the decided ``claim``: no gate, confined to
+    nodes of the claim, with its period (its gang was decided before the pod existed)."""
+    pinned = objects.pinned_nodes(first_version) or ()
+    return (api.SCHEDULING_GATE not in objects.gates(first_version) and bool(pinned)
+            and set(pinned) <= set((claim.get("status") or {}).get("nodes") or ())
+            and api.PERIOD_MS in objects.annotations_of(first_version))

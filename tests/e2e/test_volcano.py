@@ -4,7 +4,8 @@ default scheduler configuration), with our webhook and controller, on kwok GPU n
 The upstream examples are those of the pinned Volcano, adapted as tests/e2e/manifests.py says (a profile
 annotation, GPUs). Volcano's controller-manager makes the PodGroup and the pods of each Job; our
 webhook annotates the PodGroup and gates the pods; our controller chooses the node set and the slot and
-lifts the gate; the Volcano scheduler binds every pod, and must bind each where our controller pinned it.
+lifts the gate (or, when it decided the PodGroup before Volcano enqueued it, our webhook creates the pods
+already placed); the Volcano scheduler binds every pod, and must bind each where our controller pinned it.
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ import yaml
 
 from tests.controller.cluster import wait_until
 from tests.e2e import manifests
-from tests.e2e.checks import assert_bound_as_decided, bound, created_gated, decided, held_claims, running
+from tests.e2e.checks import (assert_bound_as_decided, bound, created_gated, created_placed, decided, held_claims,
+                              running)
 from tests.e2e.history import History
 from volcano_metronome import api, kube
 from volcano_metronome.controller import objects
@@ -78,7 +80,11 @@ def run_to_completion_of_placement(stack: Stack, k: kube.Kube, namespace: str, j
     assert_bound_as_decided(members, claim)
     for pod in members:
         assert pod["spec"]["schedulerName"] == volcano.SCHEDULER_NAME
-        assert created_gated(pods.versions(objects.name(pod))[0]), f"{objects.name(pod)} was not created gated"
+        first = pods.versions(objects.name(pod))[0]
+        # Gated (the fallback), or placed at creation when our controller decided the PodGroup before Volcano
+        # enqueued it and created the pods.
+        assert created_gated(first) or created_placed(first, claim), f"{objects.name(pod)} created neither gated " \
+                                                                     "nor placed"
     group = wait_until(lambda: (g := podgroup_of(k, namespace, name)) and (g.get("status") or {}).get("phase") == "Running" and g,
                        TIMEOUT, lambda: f"the PodGroup of {name} Running\n{logs()}")
     return group, claim
@@ -135,7 +141,8 @@ def test_gang_waits_whole_then_binds_whole_and_a_deleted_job_releases_its_claim(
     claim = claim_of(k, namespace, group)
     assert claim is not None and decided(claim)
     assert_bound_as_decided(pods_of(k, namespace, "waiting"), claim)
-    assert all(created_gated(pods.versions(objects.name(p))[0]) for p in pods_of(k, namespace, "waiting"))
+    assert all(created_gated(first := pods.versions(objects.name(p))[0]) or created_placed(first, claim)
+               for p in pods_of(k, namespace, "waiting"))
     assert objects.name(big_group) not in {objects.name(g) for g in k.list(kube.PODGROUPS, namespace)["items"]}
 
 
@@ -221,3 +228,44 @@ def test_with_volcanos_predicate_error_cache_off_an_example_runs(
         loads = log.read_text(errors="replace").count("Finished loading scheduler config")
         conf.write_text(default)
         wait_until(lambda: _reloaded(stack, loads), 30, "the Volcano scheduler reloading its default configuration")
+
+
+def test_a_job_decided_before_volcano_enqueues_it_has_its_pods_created_placed(
+        stack: Stack, k: kube.Kube, upstream: pathlib.Path, namespace: str, history: Callable[..., History]) -> None:
+    """Issue 14: our controller decides a Volcano Job's PodGroup while it has no pods (its queue's capability
+    holds it Pending in Volcano's enqueue, so the order is certain here); once the queue lets it in,
+    vc-controller-manager creates the pods, our webhook admits them placed and ungated, and Volcano binds
+    them where the claim says: our controller never writes a pod."""
+    logs = _logs(stack)
+    pods = history(kube.PODS, namespace)
+    queue = f"hold-{namespace.rsplit('-', 1)[-1]}"
+    k.create(kube.VOLCANO_QUEUES, {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "Queue",
+                                   "metadata": {"name": queue},
+                                   "spec": {"weight": 1, "capability": {manifests.GPU_RESOURCE: "4"}}})
+    try:
+        wait_until(lambda: ((k.get(kube.VOLCANO_QUEUES, None, queue) or {}).get("status") or {}).get("state") == "Open",
+                   TIMEOUT, lambda: f"queue {queue} Open (Volcano's webhook refuses Jobs to other queues)\n{logs()}")
+        k.create(kube.VOLCANO_JOBS, _job(upstream, namespace, "early", 2, 8, queue=queue), namespace)
+        group = wait_until(lambda: podgroup_of(k, namespace, "early"), TIMEOUT, lambda: f"the PodGroup\n{logs()}")
+        assert api.POD_CONSTRAINTS in objects.annotations_of(group)
+        claim = wait_until(lambda: (c := claim_of(k, namespace, group)) is not None and decided(c) and c, TIMEOUT,
+                           lambda: f"the PodGroup decided before its pods\n{logs()}")
+        assert _phase(k, namespace, "early") in (None, "", "Pending") and not pods_of(k, namespace, "early")
+        time.sleep(3)  # Volcano's enqueue (every second) keeps it out of the queue: still no pods
+        assert _phase(k, namespace, "early") == "Pending" and not pods_of(k, namespace, "early")
+        k.patch(kube.VOLCANO_QUEUES, None, queue, {"spec": {"capability": {manifests.GPU_RESOURCE: "1000"}}})
+        wait_until(lambda: len(pods_of(k, namespace, "early")) == 2 and bound(pods_of(k, namespace, "early"))
+                   and running(pods_of(k, namespace, "early")), TIMEOUT,
+                   lambda: f"the pods of early created placed and bound\n{logs()}")
+        members = pods_of(k, namespace, "early")
+        assert_bound_as_decided(members, claim_of(k, namespace, group) or {})
+        for pod in members:
+            versions = pods.versions(objects.name(pod))
+            assert created_placed(versions[0], claim), objects.name(pod)
+            managers = {m.get("manager") for v in versions for m in v["metadata"].get("managedFields") or []
+                        if m.get("operation") != "Create"}
+            assert kube.FIELD_MANAGER not in managers, f"{objects.name(pod)} written by our controller: {managers}"
+    finally:
+        k.delete(kube.VOLCANO_JOBS, namespace, "early")
+        wait_until(lambda: not k.list(kube.PODS, namespace)["items"], TIMEOUT, "the pods of the test deleted")
+        k.delete(kube.VOLCANO_QUEUES, None, queue)

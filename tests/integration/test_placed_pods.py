@@ -2,14 +2,15 @@
 
 Real kube-apiserver + etcd, our webhook (HTTPS, a real certificate, registered by URL for this test's
 namespace only) with its watch-fed claim and PodGroup caches, and our controller. The claim is
-written before the pods, as the controller writes a decision (the controller does not yet decide a
-Volcano PodGroup before its pods exist: docs/pipeline.md); the pods then arrive as Volcano's job
+written before the pods, as the controller writes a decision (or, in the last test, by the controller
+itself for a Volcano Job's PodGroup that has no pods yet); the pods then arrive as Volcano's job
 controller creates them, and must come out ungated, pinned to the claim's node set, with the timing
 annotations, and never be written to by the controller.
 """
 
 from __future__ import annotations
 
+import json
 import pathlib
 import ssl
 import subprocess
@@ -145,5 +146,82 @@ def test_pods_of_a_decided_gang_are_created_placed_and_never_patched(
         after = cluster.claims(ns)["podgroup-vj"]
         assert objects.resource_version(after) == objects.resource_version(claim)
         assert "Traceback" not in ctl.logs()
+    finally:
+        cluster.k.request("DELETE", kube.MUTATING_WEBHOOKS.path(None, hook))
+
+
+def register_volcano(cluster: Cluster, ns: str, url: str, ca_pem: bytes) -> str:
+    """Our webhook for this namespace's Volcano Jobs, PodGroups and pods, as the chart registers it."""
+    import base64
+
+    name = f"placed-vc-{cluster.tag}"
+    cluster.k.create(kube.MUTATING_WEBHOOKS, {
+        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingWebhookConfiguration",
+        "metadata": {"name": name},
+        "webhooks": [{"name": "volcano.metronome.dev", "admissionReviewVersions": ["v1"],
+                      "sideEffects": "NoneOnDryRun", "failurePolicy": "Fail", "timeoutSeconds": 10,
+                      "reinvocationPolicy": "Never",
+                      "clientConfig": {"url": url + "/mutate", "caBundle": base64.b64encode(ca_pem).decode()},
+                      "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns}},
+                      "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"],
+                                 "operations": ["CREATE"]},
+                                {"apiGroups": ["batch.volcano.sh"], "apiVersions": ["v1alpha1"],
+                                 "resources": ["jobs"], "operations": ["CREATE"]},
+                                {"apiGroups": ["scheduling.volcano.sh"], "apiVersions": ["v1beta1"],
+                                 "resources": ["podgroups"], "operations": ["CREATE"]}]}]})
+    return name
+
+
+def test_a_volcano_job_is_decided_at_its_podgroup_before_its_pods_exist(
+        cluster: Cluster, tmp_path: pathlib.Path, controllers: list[ControllerProcess],
+        webhook: tuple[str, bytes]) -> None:
+    cluster.nodes(3, gpus=8)
+    ns = cluster.namespace()
+    hook = register_volcano(cluster, ns, *webhook)
+    try:
+        template = b.pod(ns, "unused", "vj", gpus=4, gates=(), with_profile=False)
+        job = cluster.k.create(kube.VOLCANO_JOBS, {
+            "apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job",
+            "metadata": {"name": "vj", "namespace": ns, "annotations": {api.MODEL: "resnet50"}},
+            "spec": {"schedulerName": "volcano", "queue": "default", "tasks": [{
+                "name": "worker", "replicas": 6, "template": {"spec": {
+                    "containers": template["spec"]["containers"], "restartPolicy": "Never"}}}]}}, ns)
+        assert json.loads(objects.annotations_of(job)[api.POD_CONSTRAINTS]) == [{}]
+        # vc-controller-manager's PodGroup: the Job's annotations, owned by the Job, Pending until enqueued.
+        group_name = f"vj-{job['metadata']['uid']}"
+        cluster.k.create(kube.PODGROUPS, {
+            "apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "PodGroup",
+            "metadata": {"name": group_name, "namespace": ns, "annotations": objects.annotations_of(job),
+                         "ownerReferences": [{"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job", "name": "vj",
+                                              "uid": job["metadata"]["uid"], "controller": True,
+                                              "blockOwnerDeletion": True}]},
+            "spec": {"minMember": 6, "minTaskMember": {"worker": 6}, "queue": "default",
+                     "minResources": {b.GPU: "24"}}}, ns)
+        start_controller(cluster, tmp_path, controllers, ns)
+        claim_name = f"podgroup-{group_name}"
+        claim = wait_until(lambda: (c := cluster.claims(ns).get(claim_name)) and (c.get("status") or {}).get(
+            "nodes") and c, 60, "the PodGroup decided without pods")
+        assert sum(claim["status"]["members"]) == 6
+        assert not cluster.k.list(kube.PODS, ns)["items"]  # decided before any pod exists
+        pods = b.volcano_task_pods(ns, group_name, [("worker", 6, 4)])
+        for p in pods:  # as Volcano's job controller creates them from the template: none of our gang keys
+            p["spec"].pop("schedulingGates")
+            p["metadata"]["labels"].pop(api.MANAGED_LABEL)
+            for key in (api.GANG_KIND, api.GANG_NAME, api.PROFILE, api.PROFILE_SOURCE):
+                p["metadata"]["annotations"].pop(key)
+
+        def dry_run_placed() -> bool:
+            out = cluster.k.request("POST", kube.PODS.path(ns), body=pods[0], query=[("dryRun", "All")])
+            return not (out.get("spec") or {}).get("schedulingGates")
+
+        wait_until(dry_run_placed, 30, "the webhook sees the decided claim")
+        created = [cluster.k.create(kube.PODS, p, ns) for p in pods]
+        for p in created:
+            assert not p["spec"].get("schedulingGates") and objects.pinned_nodes(p) == tuple(
+                claim["status"]["nodes"]), objects.name(p)
+        time.sleep(3.0)  # the controller's cycles over the gang with its pods: nothing to write
+        for before in created:
+            now = cluster.k.get(kube.PODS, ns, objects.name(before))
+            assert now is not None and objects.resource_version(now) == objects.resource_version(before)
     finally:
         cluster.k.request("DELETE", kube.MUTATING_WEBHOOKS.path(None, hook))

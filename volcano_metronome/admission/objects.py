@@ -34,13 +34,14 @@ from volcano_metronome.admission.outcome import (
 from volcano_metronome.admission.patches import Op, Path, mapping_at, set_children, set_entries, set_value
 from volcano_metronome.admission.resolve import Context, Place, resolve
 from volcano_metronome.core.errors import InvalidInput
+from volcano_metronome.shapes import templates
 
 ANNOTATIONS = ("metadata", "annotations")
 
 
 def admit_volcano_job(obj: Mapping[str, Any], namespace: str, ctx: Context) -> Outcome:
-    """A ``batch.volcano.sh/v1alpha1`` Job: profile on the job, profile and managed label on every task template;
-    minAvailable; tier limit."""
+    """A ``batch.volcano.sh/v1alpha1`` Job: profile and its templates' node constraints on the job, profile and
+    managed label on every task template; minAvailable; tier limit."""
     spec = mapping_at(obj, ("spec",)) or {}
     tasks = _items(spec, "tasks", "spec.tasks")
     places = [Place("", annotations_at(obj))]
@@ -51,7 +52,10 @@ def admit_volcano_job(obj: Mapping[str, Any], namespace: str, ctx: Context) -> O
         return UNMANAGED
     gang = volcano_job_gang(spec)
     entries = profile_entries(resolved, gang.size)
-    ops = set_entries(obj, ANNOTATIONS, entries)
+    # The PodGroup Volcano creates copies the Job's annotations: with its pods' node constraints the controller
+    # can decide the gang before the pods exist (shapes.templates).
+    specs = [(mapping_at(obj, ("spec", "tasks", i, "template", "spec")) or {}) for i in range(len(tasks))]
+    ops = set_entries(obj, ANNOTATIONS, {**entries, api.POD_CONSTRAINTS: templates.encode(specs)})
     for i in range(len(tasks)):
         ops += _pod_template_ops(obj, ("spec", "tasks", i, "template"), entries)
     if gang.default_min_available is not None:

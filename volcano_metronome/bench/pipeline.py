@@ -308,7 +308,7 @@ def _clean(k: kube.Kube, namespace: str, timeout: float) -> None:
 
 
 # ------------------------------------------------------------------------------------------ readings
-def _apiserver_metrics(stack: Stack) -> dict[tuple[str, str, str], float]:
+def _apiserver_metrics(stack: Stack) -> dict[tuple[str, str, str, bool], float]:
     plane = stack.plane
     context = ssl.create_default_context(cafile=str(plane.ca_path))
     context.load_cert_chain(str(plane.admin_cert_path), str(plane.admin_key_path))

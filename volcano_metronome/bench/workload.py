@@ -112,29 +112,38 @@ def samples(text: str, metric: str) -> list[tuple[Mapping[str, str], float]]:
     return found
 
 
-def request_counts(text: str) -> dict[tuple[str, str, str], float]:
-    """``apiserver_request_total`` summed by (verb, resource, subresource), dry runs left out."""
-    counts: dict[tuple[str, str, str], float] = {}
+def request_counts(text: str) -> dict[tuple[str, str, str, bool], float]:
+    """``apiserver_request_total`` summed by (verb, resource, subresource, answered 2xx), dry runs left out."""
+    counts: dict[tuple[str, str, str, bool], float] = {}
     for labels, value in samples(text, "apiserver_request_total"):
         if labels.get("dry_run"):
             continue
-        key = (labels.get("verb", ""), labels.get("resource", ""), labels.get("subresource", ""))
+        key = (labels.get("verb", ""), labels.get("resource", ""), labels.get("subresource", ""),
+               labels.get("code", "").startswith("2"))
         counts[key] = counts.get(key, 0.0) + value
     return counts
 
 
-def writes(before: Mapping[tuple[str, str, str], float], after: Mapping[tuple[str, str, str], float]) -> JSON:
-    """The writes between two ``request_counts``: total, workload (background resources left out), by resource."""
+def writes(before: Mapping[tuple[str, str, str, bool], float], after: Mapping[tuple[str, str, str, bool], float]) -> JSON:
+    """The writes between two ``request_counts``: total, workload (background resources left out), by resource.
+
+    Only writes the API server carried out (2xx) are counted; refused ones are listed apart under ``rejected``.
+    Most of those are a previous arm's leftovers: Volcano's scheduler keeps sending the Events of the gangs of
+    a namespace already deleted (404), which would otherwise be charged to the next arm.
+    """
     by_resource: dict[str, int] = {}
+    rejected: dict[str, int] = {}
     for key, value in after.items():
-        verb, resource, subresource = key
+        verb, resource, subresource, ok = key
         delta = int(round(value - before.get(key, 0.0)))
         if verb in WRITE_VERBS and delta:
             name = f"{resource}/{subresource}" if subresource else resource
-            by_resource[name] = by_resource.get(name, 0) + delta
+            into = by_resource if ok else rejected
+            into[name] = into.get(name, 0) + delta
     workload = sum(n for name, n in by_resource.items() if name.split("/")[0] not in BACKGROUND_RESOURCES)
     return {"total": sum(by_resource.values()), "workload": workload,
-            "by_resource": dict(sorted(by_resource.items(), key=lambda item: -item[1]))}
+            "by_resource": dict(sorted(by_resource.items(), key=lambda item: -item[1])),
+            "rejected": dict(sorted(rejected.items(), key=lambda item: -item[1]))}
 
 
 def histogram_totals(text: str, metric: str) -> tuple[float, float]:

@@ -14,6 +14,7 @@ from volcano_metronome.controller.queuepolicy import QueuePolicyView
 from volcano_metronome.controller.settings import Settings
 from volcano_metronome.core.errors import InvalidInput
 from volcano_metronome.core.profile import Profile
+from volcano_metronome.shapes import templates
 from volcano_metronome.controller.views import (GANG_KINDS, PODGROUP, WORKLOAD, AdmissionCheckState, ClaimView, GangKey,
                                                 GangView, PodView)
 
@@ -28,6 +29,9 @@ def member_specs(key: GangKey, obj: Mapping[str, Any] | None, pods: Sequence[Pod
     """
     if pods:
         return [p.obj.get("spec") or {} for p in pods]
+    if key.kind == PODGROUP and obj is not None:
+        fragments, _ = podgroup_templates(obj)
+        return list(fragments or [])
     if key.kind != WORKLOAD or obj is None:
         return []
     assigned = {a.get("name"): a for a in (((obj.get("status") or {}).get("admission") or {})
@@ -41,6 +45,63 @@ def member_specs(key: GangKey, obj: Mapping[str, Any] | None, pods: Sequence[Pod
             spec["tolerations"] = [*(spec.get("tolerations") or []), *(flavor.get("tolerations") or [])]
         specs.append(spec)
     return specs
+
+
+#: PodGroup phases in which Volcano has not created the gang's pods yet (it does once the group is enqueued).
+BEFORE_PODS = ("", "Pending", "Inqueue")
+VOLCANO_JOB_API = "batch.volcano.sh/v1alpha1"
+
+
+def podgroup_templates(obj: Mapping[str, Any]) -> tuple[list[dict[str, Any]] | None, str]:
+    """A PodGroup's pod-template node constraints (``metronome.dev/pod-constraints``) when it may be decided before
+    its pods exist, else None and why not.
+
+    Only a PodGroup a Volcano Job controls carries the annotation our webhook wrote on that Job (a PodGroup
+    of its own has no template to speak for its pods: it waits for them).
+    """
+    owners = objects.meta(obj).get("ownerReferences") or []
+    if not any(isinstance(o, dict) and o.get("controller") is True and o.get("kind") == "Job"
+               and o.get("apiVersion") == VOLCANO_JOB_API for o in owners):
+        return None, "no pods yet (not created by a Volcano Job: waiting for its pods)"
+    text = objects.annotations_of(obj).get(api.POD_CONSTRAINTS)
+    if text is None:
+        return None, f"no pods yet (no {api.POD_CONSTRAINTS}: waiting for its pods)"
+    try:
+        specs = templates.decode(text, f"PodGroup {objects.namespace(obj)}/{objects.name(obj)}: annotation "
+                                       f"{api.POD_CONSTRAINTS}")
+    except InvalidInput as exc:
+        return None, f"no pods yet, and {exc}: waiting for its pods"
+    classes = sorted({str(c) for c in [(obj.get("spec") or {}).get("priorityClassName"),
+                                       *(s.get("priorityClassName") for s in specs)] if c})
+    if classes:  # only the pods carry the priority it resolves to
+        return None, f"no pods yet (priority class {', '.join(classes)}: waiting for its pods' priority)"
+    return specs, ""
+
+
+def decidable_before_pods(obj: Mapping[str, Any]) -> bool:
+    """Whether a PodGroup is a gang to list although none of its pods exists: it carries a profile and the
+    node constraints of its pods, and Volcano has not created them yet (cheap: read every cycle per PodGroup)."""
+    ann = objects.annotations_of(obj)
+    return (api.POD_CONSTRAINTS in ann and (api.PROFILE in ann or api.PROFILE_ERROR in ann)
+            and _before_pods(obj) == "")
+
+
+def _before_pods(obj: Mapping[str, Any]) -> str:
+    """Why a PodGroup without pods is not one whose pods are still to come ("" when it is).
+
+    Volcano's scheduler turns a group whose pods are gone (deleted with their namespace or a restarting
+    Job) back to Pending; one that ever ran, or is being deleted, is left to its pods, as before.
+    """
+    status = obj.get("status") or {}
+    phase = str(status.get("phase") or "")
+    if phase not in BEFORE_PODS:
+        return f"no pods (PodGroup phase {phase})"
+    if objects.meta(obj).get("deletionTimestamp"):
+        return "no pods (PodGroup being deleted)"
+    if any(status.get(k) for k in ("running", "succeeded", "failed")) or any(
+            isinstance(c, dict) and c.get("type") == "Scheduled" for c in status.get("conditions") or []):
+        return "no pods (its pods ran before: waiting for new ones)"
+    return ""
 
 
 def gang_key_of_pod(pod: Mapping[str, Any], owned_by_job: Mapping[tuple[str, str, str], str]) -> GangKey | None:
@@ -244,6 +305,9 @@ def _waiting(key: GangKey, obj: Mapping[str, Any] | None, pods: Sequence[PodView
         if not check.quota_reserved and check.state is None:
             return "waiting for Kueue to reserve quota"
         return ""
+    if not pods and key.kind == PODGROUP and obj is not None:
+        # Decided now, before Volcano creates its pods: they are created placed.
+        return _before_pods(obj) or podgroup_templates(obj)[1]
     if not any(p.gated for p in pods):
         return "no gated pods"
     if len(pods) < size:

@@ -1,8 +1,9 @@
 """Observed state: Kubernetes objects (plain dicts) in, the values a cycle works on out. PURE.
 
 - Gangs come from managed pods (annotations ``metronome.dev/gang-kind`` / ``gang-name``, or Volcano's
-  ``scheduling.k8s.io/group-name``), from PodGroups, and from Kueue Workloads held by our
-  AdmissionCheck (those are decided before they have pods). Pods of a batch Job that Kueue manages
+  ``scheduling.k8s.io/group-name``), from PodGroups of Volcano Jobs whose pods Volcano has not created
+  yet (``gangs.decidable_before_pods``), and from Kueue Workloads held by our AdmissionCheck (these
+  two are decided before they have pods). Pods of a batch Job that Kueue manages
   belong to the Job's Workload (its owner reference).
 - A gang's STBandwidthClaim is the durable record of its decision: the claim whose ``gangRef``
   names the gang, else the claim the gang object names in ``metronome.dev/claim`` (when that claim
@@ -29,9 +30,9 @@ from volcano_metronome.controller.queuepolicy import QueuePolicyView
 from volcano_metronome.controller.settings import Settings
 from volcano_metronome.core.errors import InvalidInput
 from volcano_metronome.shapes.slots import DEFAULT_SCHEDULER, scheduled_by_volcano
-from volcano_metronome.controller.gangs import (claim_name_for, cluster_queue_checks, find_claim, gang_key_of_pod,
-                                                gang_view, member_specs, owning_workload, pod_gang_ref,
-                                                workload_check)
+from volcano_metronome.controller.gangs import (claim_name_for, cluster_queue_checks, decidable_before_pods, find_claim,
+                                                gang_key_of_pod, gang_view, member_specs, owning_workload,
+                                                pod_gang_ref, workload_check)
 from volcano_metronome.controller.views import (GANG_API_VERSIONS, GANG_KINDS, JOB, PODGROUP,
                                                 RELEASED, WORKLOAD, AdmissionCheckState, Changed, ClaimView, GangKey,
                                                 GangView, Inputs, PodView, World)
@@ -155,6 +156,9 @@ class Observer:
         for (ns, wname), wl in workloads.items():
             if workload_check(wl, our_checks, cq_checks) is not None:
                 keys.add(GangKey(ns, WORKLOAD, wname))
+        for (ns, gname), group in podgroups.items():  # decided before Volcano creates their pods
+            if decidable_before_pods(group):
+                keys.add(GangKey(ns, PODGROUP, gname))
         for ref in by_ref:  # placed gangs whose pods are gone still need their claims looked after
             if ref.kind == PODGROUP and (ref.namespace, ref.name) in podgroups:
                 keys.add(ref)
