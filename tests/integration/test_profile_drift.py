@@ -5,15 +5,15 @@ the measured profile (new period from a future epoch, published on the pods)."""
 
 from __future__ import annotations
 
+import os
 import pathlib
-import socket
-import threading
-import time
+import subprocess
+import sys
 from typing import Any, Iterator
 
 import pytest
 
-from tests.agent.process import free_port, scrape, start_agent, start_timed_loop
+from tests.agent.process import ROOT, free_port, scrape, start_agent, start_timed_loop
 from tests.agent.process import stop as stop_processes
 from tests.controller import builders as b
 from tests.controller.cluster import Cluster, ControllerProcess, start_controller, wait_until
@@ -109,36 +109,19 @@ def test_the_node_agent_measures_real_traffic_and_the_controller_reports_the_dri
     wait_until(lambda: cluster.ungated(ns), 60, lambda: f"ungated pods\n{ctl.logs()}")
     (node,) = claim(cluster, ns, "a")["status"]["nodes"]
 
-    receiver = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    receiver.bind(("127.0.0.1", 0))
-    sender = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    stop = threading.Event()
-
-    def send() -> None:  # 30 ms bursts every 300 ms, at most 200 of them (60 s), to 127.0.0.1 only
-        begin = time.monotonic()
-        for k in range(200):
-            due = begin + 0.3 * k
-            if stop.wait(max(0.0, due - time.monotonic())):
-                return
-            for _ in range(4000):
-                sender.sendto(b"\0" * 16_000, receiver.getsockname())
-                if time.monotonic() - due > 0.03:
-                    break
-
-    thread = threading.Thread(target=send, daemon=True)
+    # 30 ms bursts every 300 ms (at most 200: 60 s), paced by the kernel so that they keep their shape on a
+    # loaded machine (tests/profiling/paced.py), to 127.0.0.1 only.
+    sender = subprocess.Popen([sys.executable, "-m", "tests.profiling.paced", "--period-ms", "300", "--burst-ms", "30",
+                               "--max-bursts", "200"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                              cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
     port = free_port()  # the agent's /metrics
     agent = start_agent(cluster.kubeconfig, node, tmp_path / "agent.log", port)
-    thread.start()
     try:
         cond = wait_until(lambda: drift(cluster, ns, "a"), 60,
                           lambda: f"ProfileDrift\n{(tmp_path / 'agent.log').read_text()}\n{ctl.logs()}")
         scraped = scrape(f"http://127.0.0.1:{port}/metrics")
     finally:
-        stop.set()
-        stop_processes(agent)
-        thread.join(timeout=10)
-        sender.close()
-        receiver.close()
+        stop_processes(agent, sender)
     measured = claim(cluster, ns, "a")["status"]["measuredProfile"]
     assert measured["source"] == "node-agent" and measured["node"] == node
     assert measured["periodMs"] == pytest.approx(300.0, rel=0.05), measured
