@@ -83,6 +83,7 @@ def test_a_directory_that_cannot_be_written_warns_and_the_loop_goes_on(tmp_path:
     ({"periods": 2.5}, "periods"),
     ({"periods": True}, "periods"),
     ({"measured_at_s": "now"}, "measured_at_s"),
+    ({"windows": [{"start_ms": 90.0, "len_ms": 20.0, "gbps": 10.0}]}, "windows[0].len_ms"),  # past the period
 ])
 def test_bad_reports_name_the_field(change: dict[str, object], field: str) -> None:
     good = {"namespace": "a", "gang_kind": "PodGroup", "gang_name": "b", "pod": "c", "measured_at_s": 1.0,

@@ -78,6 +78,10 @@ def parse_report(text: str, where: str) -> RuntimeReport:
     measured = Measured(_number(data, "period_ms", where, above=0.0), tuple(parsed),
                         _number(data, "jitter_ms", where, minimum=0.0), periods,
                         _number(data, "padding_ms", where, minimum=0.0))
+    try:
+        measured.profile()  # the rules of every profile: windows inside the period, apart, jitter below it
+    except InvalidInput as exc:
+        raise InvalidInput(f"{where}: {exc.field}", exc.value, exc.expected) from None
     return RuntimeReport(**names, measured_at_s=_number(data, "measured_at_s", where, minimum=0.0),
                          measured=measured)
 
