@@ -13,6 +13,9 @@
   program of the e2e tier is already in the binary cache; ``METRONOME_E2E=0`` turns them off. Otherwise
   they are deselected, not skipped (so that the rule above does not fail the normal run), and the run
   says so in one line naming what is not built.
+- Tests marked ``programs(<name>, ...)`` need programs of the ``extra`` tier (Prometheus), which CI never
+  builds: they run where every named program is in the binary cache, and are otherwise deselected (not
+  skipped), the run saying so in one line with the command that builds them.
 """
 
 from __future__ import annotations
@@ -73,6 +76,25 @@ def _e2e_missing() -> list[str]:
     return missing
 
 
+def _programs_missing(item: pytest.Item, cache: dict[str, bool]) -> list[str]:
+    """The programs ``item``'s ``programs(...)`` marker names that are not in the binary cache."""
+    from volcano_metronome.devtools import binaries
+
+    missing = []
+    for name in (name for mark in item.iter_markers("programs") for name in mark.args):
+        if name not in binaries.TOOLS:
+            raise pytest.UsageError(f"{item.nodeid}: programs({name!r}): expected one of {sorted(binaries.TOOLS)}")
+        if name not in cache:
+            try:
+                binaries.binary_path(name)
+                cache[name] = True
+            except (binaries.MissingBinary, binaries.BuildFailed):
+                cache[name] = False
+        if not cache[name]:
+            missing.append(name)
+    return missing
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     choice = os.environ.get("METRONOME_E2E")
     missing = _e2e_missing() if choice is None else []
@@ -82,6 +104,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     keep: list[pytest.Item] = []
     dropped: list[pytest.Item] = []
     without_examples: list[pytest.Item] = []
+    without_programs: list[pytest.Item] = []
+    built: dict[str, bool] = {}
+    not_built: set[str] = set()
     for item in items:
         if _E2E_DIR in pathlib.Path(str(item.fspath)).resolve().parents:
             item.add_marker(pytest.mark.e2e)
@@ -89,11 +114,18 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             dropped.append(item)
         elif _needs_missing_examples(item, missing_examples):
             without_examples.append(item)
+        elif programs := _programs_missing(item, built):
+            not_built.update(programs)
+            without_programs.append(item)
         else:
             keep.append(item)
-    if dropped or without_examples:
-        config.hook.pytest_deselected(items=dropped + without_examples)
+    if dropped or without_examples or without_programs:
+        config.hook.pytest_deselected(items=dropped + without_examples + without_programs)
         items[:] = keep
+    if without_programs:
+        names = " ".join(sorted(not_built))
+        config.stash[_PROGRAMS_NOTE] = (f"programs: {len(without_programs)} test(s) deselected (not built: {names}; "
+                                        f"`volcano-metronome tools build {names}` builds them, see README)")
     if dropped:
         config.stash[_E2E_NOTE] = (f"e2e tier: {len(dropped)} test(s) deselected ({reason}; "
                                    f"`METRONOME_E2E=1 volcano-metronome tools build` builds them)")
@@ -103,10 +135,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 _E2E_NOTE = pytest.StashKey[str]()
 _EXAMPLES_NOTE = pytest.StashKey[str]()
+_PROGRAMS_NOTE = pytest.StashKey[str]()
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, exitstatus: int, config: pytest.Config) -> None:
-    for key in (_E2E_NOTE, _EXAMPLES_NOTE):
+    for key in (_E2E_NOTE, _EXAMPLES_NOTE, _PROGRAMS_NOTE):
         note = config.stash.get(key, None)
         if note:
             terminalreporter.write_line(note)

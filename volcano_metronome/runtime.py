@@ -56,6 +56,19 @@ taken out of the timeline::
         with stopwatch.burst(nbytes=gradient_bytes):        # bytes this process sends, if known
             all_reduce(gradients)
     print(stopwatch.measured().to_dict())
+
+To let the controller see it, the stopwatch publishes its measurement every ``every_s`` seconds into
+a directory the node agent reads (``profile agent --runtime-dir``), as one JSON file per process
+(:mod:`volcano_metronome.profiling.report`); the agent writes it into the gang's claim as
+``status.measuredProfile`` with ``source: runtime``, preferring it to its own NIC fit::
+
+    stopwatch = Stopwatch(publication=Publication.from_env())   # None (no publishing) without METRONOME_MEASURED_DIR
+
+:meth:`Publication.from_env` reads ``METRONOME_MEASURED_DIR`` (the directory, shared with the node's
+agent) and the gang's identity: ``METRONOME_NAMESPACE``, ``METRONOME_GANG_KIND``, ``METRONOME_GANG_NAME``
+(the pod's ``metronome.dev/gang-kind`` and ``gang-name`` annotations, through the downward API) and
+``METRONOME_POD``. Only a measurement with each window's rate (``burst(nbytes=...)``) is published:
+a measured profile without rates is not a profile the controller can plan with.
 """
 
 from __future__ import annotations
@@ -73,6 +86,7 @@ from typing import Callable, Iterator, Mapping
 from volcano_metronome import api
 from volcano_metronome.core.errors import InvalidInput
 from volcano_metronome.profiling.fit import Refusal
+from volcano_metronome.profiling.report import RuntimeReport
 from volcano_metronome.profiling.timed import Burst, Measured, measure
 
 DEFAULT_DIR = api.SLOT_DIR  # where the webhook mounts the timing files
@@ -175,16 +189,63 @@ class SlotFiles:
         return parse_timing(dict(zip((period, offset, epoch), texts)), (period, offset, epoch))
 
 
+MEASURED_DIR_ENV = "METRONOME_MEASURED_DIR"
+# Report field -> the variable naming it (the pod's namespace, gang annotations and name: downward API).
+IDENTITY_ENV = (("namespace", "METRONOME_NAMESPACE"), ("gang_kind", "METRONOME_GANG_KIND"),
+                ("gang_name", "METRONOME_GANG_NAME"), ("pod", "METRONOME_POD"))
+
+
+@dataclass(frozen=True)
+class Publication:
+    """Where the stopwatch publishes its measurement for the node agent, and as which gang's process."""
+
+    directory: pathlib.Path
+    namespace: str
+    gang_kind: str
+    gang_name: str
+    pod: str
+    every_s: float = 10.0
+
+    def __post_init__(self) -> None:
+        if not self.every_s > 0:
+            raise InvalidInput("every_s", self.every_s, "a number of seconds > 0")
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None, every_s: float = 10.0) -> "Publication | None":
+        """From ``METRONOME_MEASURED_DIR`` and the identity variables; None when the directory is not set."""
+        env = os.environ if env is None else env
+        directory = env.get(MEASURED_DIR_ENV, "").strip()
+        if not directory:
+            return None
+        names = {}
+        for field, variable in IDENTITY_ENV:
+            names[field] = env.get(variable, "").strip()
+            if not names[field]:
+                raise InvalidInput(variable, env.get(variable, ""), f"the pod's {field.replace('_', ' ')} "
+                                   f"(set with {MEASURED_DIR_ENV}, to name the gang the measurement belongs to)")
+        return cls(pathlib.Path(directory), every_s=every_s, **names)
+
+    @property
+    def path(self) -> pathlib.Path:
+        """The report file of this process (namespaces hold no dot: the name is unambiguous)."""
+        return self.directory / f"{self.namespace}.{self.pod}.json"
+
+
 class Stopwatch:
     """Times the loop's iterations and communication bursts on a monotonic clock (seconds), keeping the last ``keep``.
 
     Times are kept on a *free* timeline: the padding the helper adds (:meth:`padded`) is subtracted,
-    so the measured profile is the job's own, not the slot grid it was padded to.
+    so the measured profile is the job's own, not the slot grid it was padded to. With a
+    ``publication`` it publishes its measurement at the first iteration mark after every ``every_s``.
     """
 
-    def __init__(self, clock: Callable[[], float] = time.monotonic, keep: int = 1024) -> None:
+    def __init__(self, clock: Callable[[], float] = time.monotonic, keep: int = 1024,
+                 publication: Publication | None = None, wall: Callable[[], float] = time.time) -> None:
         if keep < 2:
             raise InvalidInput("keep", keep, "at least 2 iterations to keep")
+        self.publication = publication
+        self.wall = wall
+        self._published_at: float | None = None
         self.clock = clock
         self.marks: deque[float] = deque(maxlen=keep)
         self.bursts: deque[Burst] = deque(maxlen=4 * keep)
@@ -199,6 +260,17 @@ class Stopwatch:
         """Mark that one iteration reached its all-reduce (the place ``Metronome.wait`` sits)."""
         self.marks.append(self.now_ms())
         self.pads.append(0.0)
+        if self.publication is not None:
+            now = self.clock()
+            if self._published_at is None:
+                self._published_at = now  # the first report after a whole interval of iterations
+            elif now - self._published_at >= self.publication.every_s:
+                self._published_at = now
+                try:
+                    self.publish()
+                except OSError as exc:  # the job goes on; the agent falls back to the NIC
+                    warnings.warn(f"cannot publish the measured profile to {self.publication.path}: {exc}",
+                                  RuntimeWarning, stacklevel=2)
 
     def padded(self, ms: float) -> None:
         """The helper just padded ``ms`` to reach the slot: not the job's own time."""
@@ -224,6 +296,24 @@ class Stopwatch:
         bursts = [b for b in self.bursts if b.start_ms >= first]
         pads = list(self.pads)[:-1]  # the last mark's iteration is not complete
         return measure(marks, bursts, sum(pads) / len(pads) if pads else 0.0)
+
+    def publish(self, publication: Publication | None = None) -> RuntimeReport | Refusal:
+        """Write the measurement for the node agent (atomically: it never reads half a file); a refusal, or a
+        measurement without every window's rate, writes nothing and is returned as a :class:`Refusal`."""
+        where = publication or self.publication
+        if where is None:
+            raise InvalidInput("publication", None, f"a Publication (or {MEASURED_DIR_ENV} and Publication.from_env)")
+        measured = self.measured()
+        if isinstance(measured, Refusal):
+            return measured
+        if measured.profile() is None:
+            return Refusal("no-rate", "the bursts were timed without their bytes (burst(nbytes=...)): no rate to report")
+        report = RuntimeReport(where.namespace, where.gang_kind, where.gang_name, where.pod, self.wall(), measured)
+        where.directory.mkdir(parents=True, exist_ok=True)
+        partial = where.path.with_name(f".{where.path.name}.partial")
+        partial.write_text(report.to_json() + "\n")
+        os.replace(partial, where.path)
+        return report
 
 
 @dataclass

@@ -130,6 +130,7 @@ def _third_party_errors(obj: dict[str, Any]) -> list[str]:
         ("cert-manager.io/v1", "Issuer"): {"selfSigned"},
         ("cert-manager.io/v1", "Certificate"): {"secretName", "dnsNames", "issuerRef"},
         ("monitoring.coreos.com/v1", "ServiceMonitor"): {"selector", "endpoints"},
+        ("monitoring.coreos.com/v1", "PodMonitor"): {"selector", "podMetricsEndpoints"},
     }
     key = (obj["apiVersion"], obj["kind"])
     if key not in expected:
@@ -681,13 +682,15 @@ def _documented_metrics() -> dict[str, str]:
 
 
 def _registered_metrics() -> dict[str, str]:
-    """``metric -> type`` as the controller and the webhook register them (names as exposed)."""
+    """``metric -> type`` as the controller, the webhook and the node agent register them (names as exposed)."""
     import prometheus_client
 
+    from volcano_metronome.agent.node import AgentMetrics
     from volcano_metronome.controller.metrics import Metrics
     from webhooks import metrics as webhook_metrics
 
     families = list(Metrics(watch_restarts=lambda: {"pods": 0}).registry.collect())
+    families += list(AgentMetrics().registry.collect())
     families += [f for f in prometheus_client.REGISTRY.collect() if f.name.startswith("metronome_")]
     assert webhook_metrics.REQUESTS is not None
     exposed = {}
@@ -766,3 +769,33 @@ def test_the_node_agent_is_off_by_default_and_on_is_host_network_read_only_and_w
     binding = one(objects, "ClusterRoleBinding", agent)
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": agent, "namespace": NAMESPACE}]
     assert "agent" in template_error({"agent": {"enabled": True, "hz": 0}})
+    # No runtime directory unless asked: then a hostPath, mounted read-only, and passed to the agent.
+    assert "--runtime-dir" not in args and [v["name"] for v in pod["volumes"]] == ["tmp"]
+    runtime = one(template(merged({"agent": {"enabled": True, "runtimeDir": "/var/run/metronome/measured",
+                                             "runtimeMaxAgeSeconds": 90}})), "DaemonSet", agent)
+    pod = runtime["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    args = container["args"]
+    assert args[args.index("--runtime-dir") + 1] == "/var/run/metronome/measured"
+    assert args[args.index("--runtime-max-age") + 1] == "90"
+    volume = next(v for v in pod["volumes"] if v["name"] == "runtime-reports")
+    assert volume["hostPath"] == {"path": "/var/run/metronome/measured", "type": "DirectoryOrCreate"}
+    assert {"name": "runtime-reports", "mountPath": "/var/run/metronome/measured", "readOnly": True} \
+        in container["volumeMounts"]
+    assert "runtimeDir" in template_error({"agent": {"enabled": True, "runtimeDir": "relative/dir"}})
+    # The chart's own flags are the agent's: the command parses them.
+    from volcano_metronome.cli import build_parser
+    parsed = build_parser().parse_args(args)
+    assert (parsed.runtime_dir, parsed.runtime_max_age) == ("/var/run/metronome/measured", 90.0)
+
+
+def test_the_node_agents_are_scraped_pod_by_pod_when_monitoring_is_on() -> None:
+    objects = template(merged({**SCENARIOS["monitoring"], "agent": {"enabled": True}}))
+    (monitor,) = by_kind(objects, "PodMonitor")
+    assert monitor["metadata"]["labels"]["release"] == "prom"
+    daemonset = one(objects, "DaemonSet", f"{FULL}-agent")
+    pod = daemonset["spec"]["template"]
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= pod["metadata"]["labels"].items()
+    ports = {p["name"] for c in pod["spec"]["containers"] for p in c["ports"]}
+    assert [e["port"] for e in monitor["spec"]["podMetricsEndpoints"]] == ["http-metrics"] and "http-metrics" in ports
+    assert not by_kind(render("monitoring"), "PodMonitor")  # no agent, nothing to scrape

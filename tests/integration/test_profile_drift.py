@@ -7,23 +7,19 @@ from __future__ import annotations
 
 import os
 import pathlib
-import socket
 import subprocess
 import sys
-import threading
-import time
-import urllib.request
 from typing import Any, Iterator
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
+from tests.agent.process import ROOT, free_port, scrape, start_agent, start_timed_loop
+from tests.agent.process import stop as stop_processes
 from tests.controller import builders as b
 from tests.controller.cluster import Cluster, ControllerProcess, start_controller, wait_until
 from volcano_metronome import api, kube
 from volcano_metronome.controller import objects
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
 # The gangs declare 80 Gbps for 24 ms every 200 ms (builders.PROFILE); the job now runs 300 ms iterations.
 MEASURED = {"periodMs": 300.0, "windows": [{"startMs": 276.0, "lenMs": 24.0, "gbps": 80.0}], "jitterMs": 2.0,
             "source": "node-agent", "node": "somewhere", "confidence": 0.8, "periods": 40,
@@ -113,54 +109,80 @@ def test_the_node_agent_measures_real_traffic_and_the_controller_reports_the_dri
     wait_until(lambda: cluster.ungated(ns), 60, lambda: f"ungated pods\n{ctl.logs()}")
     (node,) = claim(cluster, ns, "a")["status"]["nodes"]
 
-    receiver = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    receiver.bind(("127.0.0.1", 0))
-    sender = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    stop = threading.Event()
-
-    def send() -> None:  # 30 ms bursts every 300 ms, at most 200 of them (60 s), to 127.0.0.1 only
-        begin = time.monotonic()
-        for k in range(200):
-            due = begin + 0.3 * k
-            if stop.wait(max(0.0, due - time.monotonic())):
-                return
-            for _ in range(4000):
-                sender.sendto(b"\0" * 16_000, receiver.getsockname())
-                if time.monotonic() - due > 0.03:
-                    break
-
-    thread = threading.Thread(target=send, daemon=True)
-    log = (tmp_path / "agent.log").open("wb")
-    with socket.socket() as probe:  # a free loopback port for the agent's /metrics
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    agent = subprocess.Popen([sys.executable, "-m", "volcano_metronome", "profile", "agent", "--kubeconfig",
-                              str(cluster.kubeconfig), "--node", node, "--interface", "lo", "--seconds", "4",
-                              "--interval", "5", "--metrics-port", str(port), "--bind-address", "127.0.0.1"],
-                             stdout=log, stderr=subprocess.STDOUT, cwd=ROOT,
-                             env={**os.environ, "PYTHONPATH": str(ROOT)})
-    thread.start()
+    # 30 ms bursts every 300 ms (at most 200: 60 s), paced by the kernel so that they keep their shape on a
+    # loaded machine (tests/profiling/paced.py), to 127.0.0.1 only.
+    sender = subprocess.Popen([sys.executable, "-m", "tests.profiling.paced", "--period-ms", "300", "--burst-ms", "30",
+                               "--max-bursts", "200"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                              cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    port = free_port()  # the agent's /metrics
+    agent = start_agent(cluster.kubeconfig, node, tmp_path / "agent.log", port)
     try:
         cond = wait_until(lambda: drift(cluster, ns, "a"), 60,
                           lambda: f"ProfileDrift\n{(tmp_path / 'agent.log').read_text()}\n{ctl.logs()}")
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
-            scraped = {(s.name, tuple(sorted(s.labels.items()))): s.value
-                       for family in text_string_to_metric_families(response.read().decode())
-                       for s in family.samples}
+        scraped = scrape(f"http://127.0.0.1:{port}/metrics")
     finally:
-        stop.set()
-        agent.terminate()
-        agent.wait(timeout=30)
-        thread.join(timeout=10)
-        sender.close()
-        receiver.close()
-        log.close()
+        stop_processes(agent, sender)
     measured = claim(cluster, ns, "a")["status"]["measuredProfile"]
     assert measured["source"] == "node-agent" and measured["node"] == node
     assert measured["periodMs"] == pytest.approx(300.0, rel=0.05), measured
     assert cond["reason"].startswith("Period") and "period 200 -> " in cond["message"]
     # What the agent exports over HTTP: the last period it fitted for the claim, the NIC's mean rate.
-    period = scraped[("metronome_agent_period_ms", (("claim", "podgroup-a"), ("namespace", ns)))]
+    period = scraped[("metronome_agent_period_ms", (("claim", "podgroup-a"), ("namespace", ns),
+                                                    ("source", "node-agent")))]
     assert period == pytest.approx(300.0, rel=0.05)
     assert scraped[("metronome_agent_measured_gbps", (("interface", "lo"),))] > 0
     assert scraped[("metronome_agent_fits_total", (("result", "written"),))] >= 1
+
+
+def test_the_runtime_helpers_own_timing_reaches_the_claim_on_a_shared_nic(
+        cluster: Cluster, tmp_path: pathlib.Path, controllers: list[ControllerProcess],
+        queues: dict[str, str]) -> None:
+    """Two gangs share one node, so its NIC mixes them and gives no profile; each gang's process times its
+    own loop (the runtime Stopwatch, publishing into the agent's --runtime-dir), and the agent writes
+    each gang's own period into its claim with source runtime; the controller reports both drifts."""
+    cluster.nodes(1)
+    ns = cluster.namespace()
+    for gang in ("a", "b"):
+        cluster.k.create(kube.PODGROUPS, b.podgroup(ns, gang, 1, queue=queues["observe"], gpus=4), ns)
+        for p in b.gang_pods(ns, gang, 1, gpus=4):
+            cluster.k.create(kube.PODS, p, ns)
+    ctl = start_controller(cluster, tmp_path, controllers, ns)
+    wait_until(lambda: cluster.ungated(ns, ["a", "b"]) and len(cluster.pods(ns)) == 2, 60,
+               lambda: f"ungated pods\n{ctl.logs()}")
+    (node,) = claim(cluster, ns, "a")["status"]["nodes"]
+    assert claim(cluster, ns, "b")["status"]["nodes"] == [node]  # one NIC, two gangs
+
+    reports = tmp_path / "measured"
+    loops = [start_timed_loop(reports, ns, gang, period, 30.0, tmp_path / f"loop-{gang}.log")
+             for gang, period in (("a", 300.0), ("b", 400.0))]
+    port = free_port()
+    agent = start_agent(cluster.kubeconfig, node, tmp_path / "agent.log", port, ["--runtime-dir", str(reports)])
+    logs = lambda: "\n".join(f"{p.name}:\n{p.read_text()}" for p in sorted(tmp_path.glob("*.log")))  # noqa: E731
+    try:
+        conds = {gang: wait_until(lambda: drift(cluster, ns, gang), 60, lambda: f"ProfileDrift on {gang}\n{logs()}")
+                 for gang in ("a", "b")}
+
+        def period_metric(gang: str) -> tuple[str, tuple[tuple[str, str], ...]]:
+            return "metronome_agent_period_ms", (("claim", f"podgroup-{gang}"), ("namespace", ns), ("source", "runtime"))
+
+        def consistent() -> tuple[dict[str, Any], dict[Any, float]] | None:
+            """The claims and the agent's metrics of one round: the agent writes every 5 s, and the runtime's
+            mean period moves by tenths of a ms as iterations accumulate."""
+            before = {gang: claim(cluster, ns, gang)["status"]["measuredProfile"] for gang in ("a", "b")}
+            scraped = scrape(f"http://127.0.0.1:{port}/metrics")
+            after = {gang: claim(cluster, ns, gang)["status"]["measuredProfile"] for gang in ("a", "b")}
+            same = before == after and all(scraped.get(period_metric(g)) == after[g]["periodMs"] for g in after)
+            return (after, scraped) if same else None
+
+        profiles, scraped = wait_until(consistent, 30, lambda: f"claims and metrics of one round\n{logs()}")
+    finally:
+        stop_processes(agent, *loops)
+    for gang, period in (("a", 300.0), ("b", 400.0)):
+        measured = profiles[gang]
+        assert measured["source"] == "runtime" and measured["node"] == node, measured
+        assert measured["periodMs"] == pytest.approx(period, rel=0.05), measured
+        (window,) = measured["windows"]
+        assert 29.0 <= window["lenMs"] < 60.0 and window["gbps"] > 0  # a sleep of 30 ms, never shorter
+        assert conds[gang]["reason"].startswith("Period") and "period 200 -> " in conds[gang]["message"]
+    assert scraped[("metronome_agent_gangs_on_node", ())] == 2
+    assert scraped[("metronome_agent_fits_total", (("result", "shared"),))] >= 1  # the NIC fit nothing

@@ -154,8 +154,31 @@ def test_default_names_by_tier() -> None:
     assert {"kube-apiserver", "etcd"} <= set(integration)
     assert "kueue" not in integration and "kwok" not in integration
     extra = {name for name, recipe in binaries.TOOLS.items() if recipe.tier == "extra"}
-    assert extra == {"mpi-operator", "trainer-controller-manager"}  # built, run by no tier yet
+    # Never built by CI: mpi-operator and trainer are pinned for later integrations, prometheus serves the
+    # tests marked programs("prometheus"), which run only where it is cached.
+    assert extra == {"mpi-operator", "trainer-controller-manager", "prometheus"}
     assert set(binaries.default_names({"METRONOME_E2E": "1"})) == set(binaries.TOOLS) - extra
+
+
+def test_build_tags_reach_go_build_and_the_key(
+    tools: pathlib.Path, tmp_path: pathlib.Path, fake_go: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A recipe's tags are passed to `go build -tags` and name another binary; GOWORK is off (a module zip's
+    go.work, as Prometheus ships, names modules the zip leaves out); a recipe without tags keeps its key."""
+    plain = recipes.Tool(name="tagged", group="controlplane", package="go.etcd.io/etcd/server/v3",
+                         module="go.etcd.io/etcd/server/v3", tier="extra")
+    monkeypatch.setitem(binaries.TOOLS, "tagged", plain)
+    untagged_key = binaries.version_key("tagged", tools)[1]
+    assert untagged_key.removeprefix("tagged") == binaries.version_key("etcd", tools)[1].removeprefix("etcd")
+    monkeypatch.setitem(binaries.TOOLS, "tagged", recipes.Tool(**{**plain.__dict__, "tags": ("netgo", "remove_all_sd")}))
+    assert binaries.version_key("tagged", tools)[1] != untagged_key
+    monkeypatch.setenv("GOWORK", "/somewhere/go.work")
+    script = fake_go.parent / "fakebin" / "go"
+    script.write_text(script.read_text().replace('echo "$@" >> "$FAKE_GO_CALLS"', 'echo "GOWORK=$GOWORK $@" >> "$FAKE_GO_CALLS"'))
+    (result,) = binaries.build(["tagged"], root=tmp_path / "cache", tools=tools)
+    assert not result.cached
+    (call,) = fake_go.read_text().splitlines()
+    assert call.startswith("GOWORK=off build ") and " -tags netgo,remove_all_sd " in call
 
 
 def test_every_recipe_matches_the_real_tools_modules() -> None:

@@ -5,6 +5,9 @@ placed on the node. A gang spans several nodes, and every agent on them could fi
 write per gang lands, the agent of the gang's first node (in the claim's order) that no other gang
 shares is its *reporter*. A node several gangs share reports nothing (the sum of their traffic is no
 gang's profile).
+
+The runtime helper's reports (its own timing) are per process, not per NIC: the gang's *first* node
+reports them, shared or not (:func:`runtime_reported`).
 """
 
 from __future__ import annotations
@@ -53,3 +56,8 @@ def owner(node: str, claims: Sequence[Mapping[str, Any]]) -> Owner:
     if reporter != node:
         return Owner(None, 1, "another node reports it")
     return Owner(key, 1)
+
+
+def runtime_reported(node: str, claims: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """The placed claims whose first node is ``node``: the gangs whose runtime reports this node's agent writes."""
+    return [c for c in claims if _placed(c)[:1] == [node]]

@@ -45,6 +45,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     agent.add_argument("--hz", type=float, default=1000.0, help="samples per second (default 1000)")
     agent.add_argument("--seconds", type=float, default=30.0, help="length of each trace (default 30)")
     agent.add_argument("--interval", type=float, default=60.0, help="seconds between traces' starts (default 60)")
+    agent.add_argument("--runtime-dir", default="", metavar="DIR",
+                       help="directory the runtime helpers publish their measurements into (METRONOME_MEASURED_DIR "
+                            "in the training pods); their own timing is preferred to the NIC fit (default: none)")
+    agent.add_argument("--runtime-max-age", type=float, default=180.0, metavar="SECONDS",
+                       help="a runtime measurement older than this is stale (default 180)")
     agent.add_argument("--metrics-port", type=int, default=9464, help="port of /metrics (0: none; default 9464)")
     agent.add_argument("--bind-address", default="0.0.0.0", help="address of /metrics (default 0.0.0.0)")
     agent.add_argument("--kubeconfig", default=None, help="kubeconfig (default: $KUBECONFIG, ~/.kube/config, "
@@ -123,7 +128,8 @@ def _agent(args: argparse.Namespace) -> int:
     from volcano_metronome.agent.node import AgentConfig, run
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    cfg = AgentConfig(args.node, args.interface, args.hz, args.seconds, args.interval)
+    cfg = AgentConfig(args.node, args.interface, args.hz, args.seconds, args.interval, args.runtime_dir,
+                      args.runtime_max_age)
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())

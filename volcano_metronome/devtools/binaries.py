@@ -161,6 +161,8 @@ def version_key(name: str, tools: pathlib.Path | None = None) -> tuple[str, str]
     ]
     if recipe.module_files:  # only when present, so adding the field moved no existing key
         parts.append("\0".join(recipe.module_files).encode())
+    if recipe.tags:  # likewise
+        parts.append(("tags:" + ",".join(recipe.tags)).encode())
     for part in parts:
         digest.update(len(part).to_bytes(8, "big"))
         digest.update(part)
@@ -231,10 +233,15 @@ def _build_one(
     # Build to a private name, then rename: an interrupted build never looks like a cached one.
     partial = target_dir / f".{name}.partial-{os.getpid()}"
     client_go = "" if recipe.main_module else _client_go_version(tools / recipe.group)
-    command = [go, "build", "-trimpath", "-ldflags", _ldflags(recipe, version, client_go), "-o", str(partial), recipe.package]
+    tags = ["-tags", ",".join(recipe.tags)] if recipe.tags else []
+    command = [go, "build", "-trimpath", *tags, "-ldflags", _ldflags(recipe, version, client_go), "-o", str(partial),
+               recipe.package]
     env = dict(os.environ)
     env["CGO_ENABLED"] = "0"  # static binaries; no C toolchain needed on CI
     env["GOFLAGS"] = (env.get("GOFLAGS", "") + " -mod=readonly").strip()
+    # A module zip may carry the project's go.work (Prometheus's names modules its zip leaves out): build
+    # against the module's own go.mod, as its release does.
+    env["GOWORK"] = "off"
     log_path = target_dir / "build.log"
     started = time.monotonic()
     with open(log_path, "wb") as log:

@@ -14,8 +14,8 @@ class Tool:
     group: str  # directory under tools/ holding the go.mod that pins it
     package: str  # Go package path of the main package
     module: str  # module whose selected version names the binary
-    # "integration" (built on every CI run), "e2e" (only with METRONOME_E2E=1) or "extra" (by name or --all:
-    # built and pinned for the next integrations, run by no tier yet)
+    # "integration" (built on every CI run), "e2e" (only with METRONOME_E2E=1) or "extra" (by name or --all,
+    # never by CI: a test needing one is marked ``programs(name)`` and runs only where it is cached)
     tier: str
     # -X assignments; {version}, {major} and {minor} are filled from the module version, {k8s_major}
     # and {k8s_minor} from the group's k8s.io/client-go (v0.36.x: Kubernetes 1.36).
@@ -25,6 +25,8 @@ class Tool:
     # True: ``module`` is built as the main module, in its own source tree (``package`` relative to
     # it), pinned by the group's source.json (:mod:`~volcano_metronome.devtools.gosource`).
     main_module: bool = False
+    # Go build tags (``go build -tags``).
+    tags: tuple[str, ...] = ()
 
 
 _K8S_VERSION = "k8s.io/component-base/version"
@@ -229,6 +231,21 @@ TOOLS: dict[str, Tool] = {
             tier="extra",
             module_files=TRAINER_CRDS,
             main_module=True,
+        ),
+        # The Prometheus server, to scrape the node agent's and the controller's metrics in a test
+        # (module versions v0.3xx.y are Prometheus 3.xx.y). Built as its own main module, like the operators:
+        # its go.mod selects the dependencies its release was tested with. remove_all_sd leaves out the cloud
+        # service discoveries and their SDKs (static targets are all a test needs); without builtinassets the
+        # web UI is absent, the HTTP API is not.
+        Tool(
+            name="prometheus",
+            group="prometheus",
+            package="./cmd/prometheus",
+            module="github.com/prometheus/prometheus",
+            tier="extra",
+            version_flags=("github.com/prometheus/common/version.Version={version}",),
+            main_module=True,
+            tags=("netgo", "remove_all_sd"),
         ),
     )
 }

@@ -40,12 +40,13 @@ MIN_SAMPLES = 16
 #: Jitter is the spread between these percentiles of the iterations' lateness.
 JITTER_PERCENTILES = (2.5, 97.5)
 
-Reason = Literal["too-short", "too-coarse", "aperiodic"]
+# no-rate: the runtime helper timed its bursts without their bytes (its measurement has no rate to report).
+Reason = Literal["too-short", "too-coarse", "aperiodic", "no-rate"]
 
 
 @dataclass(frozen=True)
 class Refusal:
-    """Why the trace gives no profile: ``reason`` is one of too-short, too-coarse, aperiodic."""
+    """Why the trace gives no profile: ``reason`` is one of too-short, too-coarse, aperiodic (no-rate: the runtime's)."""
 
     reason: Reason
     detail: str
