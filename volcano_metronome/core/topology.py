@@ -109,7 +109,7 @@ class Topology:
             out[tier] = (ids, self.domain_of(tier)[first])
         return out
 
-    @property
+    @cached_property  # read by every placement and ring order: a walk over every link each time cost ms
     def tiers(self) -> int:
         """Number of link tiers (0 = NIC, 1 = rack, ...)."""
         return 1 + max((link.tier for link in self.links), default=0)
