@@ -40,7 +40,7 @@ class Stores:
     def __init__(self) -> None:
         self.rv = 0
         self.objs: dict[str, dict[tuple[str, str], JSON]] = {k: {} for k in ("nodes", "pods", "podgroups", "claims")}
-        self.changed: dict[str, set[tuple[str, str]]] = {"nodes": set(), "pods": set()}  # as the informers report
+        self.changed: dict[str, set[tuple[str, str]]] = {k: set() for k in self.objs}  # as the informers report
 
     def put(self, kind: str, obj: JSON) -> None:
         self.rv += 1
@@ -58,8 +58,10 @@ class Stores:
         """What changed since the last call, as the controller hands it to the Observer."""
         pods = {k: (self.objs["pods"].get(k), self.bound(self.objs["pods"].get(k))) for k in self.changed["pods"]}
         nodes = {k[1]: self.objs["nodes"].get(k) for k in self.changed["nodes"]}
-        self.changed = {"nodes": set(), "pods": set()}
-        return Changed(pods=pods, nodes=nodes)
+        claims = {k: self.objs["claims"].get(k) for k in self.changed["claims"]}
+        podgroups = {k: self.objs["podgroups"].get(k) for k in self.changed["podgroups"]}
+        self.changed = {k: set() for k in self.objs}
+        return Changed(pods=pods, nodes=nodes, claims=claims, podgroups=podgroups, workloads={})
 
     @staticmethod
     def bound(pod: JSON | None) -> JSON | None:
@@ -96,14 +98,17 @@ def podgroup(gang: str, profile: int) -> JSON:
             "spec": {"minMember": 2, "queue": "default"}}
 
 
-def claim(gang: str, nodes: list[str], offset: int, locked: bool, profile: int, released: bool) -> JSON:
+def claim(gang: str, nodes: list[str], offset: int, locked: bool, profile: int, released: bool,
+          ref: bool = True) -> JSON:
     prof = objects.profile_to_spec(objects.profile_from_annotation(json.dumps(PROFILES[profile]), "test"))
     status: JSON = {"nodes": nodes, "members": [1] * len(nodes), "offsetMs": offset,
                     "periodMs": PROFILES[profile]["period_ms"], "epoch": 0, "locked": locked}
     if released:
         status["conditions"] = [{"type": "Placed", "status": "False"}]
     return {"metadata": {"name": f"podgroup-{gang}", "namespace": "ns", "labels": {api.MANAGED_LABEL: "true"}},
-            "spec": {"gangRef": {"kind": "PodGroup", "name": gang}, "profile": prof}, "status": status}
+            # Without a gangRef the gang finds its claim by the name the controller gives it (gangs.find_claim).
+            "spec": {"gangRef": {"kind": "PodGroup", "name": gang}, "profile": prof} if ref else {"profile": prof},
+            "status": status}
 
 
 node_names = st.sampled_from(NODES)
@@ -117,7 +122,7 @@ events = st.one_of(
     st.tuples(st.just("podgroup"), st.sampled_from(GANGS), st.integers(0, 2)),
     st.tuples(st.just("-podgroup"), st.sampled_from(GANGS)),
     st.tuples(st.just("claim"), st.sampled_from(GANGS), st.lists(node_names, min_size=1, max_size=3, unique=True),
-              st.integers(0, 299), st.booleans(), st.integers(0, 2), st.booleans()),
+              st.integers(0, 299), st.booleans(), st.integers(0, 2), st.booleans(), st.booleans()),
     st.tuples(st.just("-claim"), st.sampled_from(GANGS)),
 )
 
@@ -156,6 +161,17 @@ def same_world(kept: World, fresh: World) -> None:
     assert (kept.allocatable, kept.free_gpus) == (fresh.allocatable, fresh.free_gpus)
     assert kept.orphans == fresh.orphans and kept.claims == fresh.claims
     assert kept.warnings == fresh.warnings and kept.running() == fresh.running()
+    assert kept.index == {g.key: g for g in kept.gangs}
+
+
+def changes_named(before: World | None, after: World) -> None:
+    """``after.changed`` names every gang whose view is not the very object of the world before."""
+    if before is None or after.changed is None:
+        return
+    assert after.serial == before.serial + 1
+    for key in set(before.index) | set(after.index):
+        if key not in after.changed:
+            assert before.index.get(key) is after.index.get(key), key
 
 
 def same_snapshot(kept: Snapshot, fresh: Snapshot) -> None:
@@ -181,13 +197,20 @@ def test_kept_state_equals_a_fresh_build_after_every_event(sequence: list[tuple[
     for name in NODES[:4]:
         stores.put("nodes", node(name, int(name[1]) // 2, 8, True))
     observer, loads, driven = Observer(SETTINGS), RunningLoads(SETTINGS), Observer(SETTINGS)
+    last: World | None = None
+    last_driven: World | None = None
     for event in sequence:
         apply(stores, event)
         inputs = stores.inputs()
         kept = observer.world(inputs)
         fresh = observe(inputs, SETTINGS)
         same_world(kept, fresh)
-        same_world(driven.world(replace(inputs, changed=stores.changes())), fresh)  # only the changed keys read
+        changes_named(last, kept)
+        last = kept
+        now = driven.world(replace(inputs, changed=stores.changes()))  # only the changed keys read
+        same_world(now, fresh)
+        changes_named(last_driven, now)
+        last_driven = now
         fresh_snap, fresh_warnings = deciding.snapshot(fresh, SETTINGS)
         with loads.snapshot(kept) as base:
             same_snapshot(base[0], fresh_snap)

@@ -40,7 +40,7 @@ FAILING_CYCLES = 3
 
 BOUND_PODS = "bound-pods"
 #: Stores whose changes the Observer takes by key instead of walking every object.
-CHANGE_TRACKED = frozenset({"pods", BOUND_PODS, "nodes"})
+CHANGE_TRACKED = frozenset({"pods", BOUND_PODS, "nodes", "podgroups", "workloads", api.CLAIMS})
 BOUND_SELECTOR = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"
 
 
@@ -112,7 +112,7 @@ class Controller:
         self._fingerprinted: tuple[object, tuple[str, ...]] = (None, ())
         self.last_world: World | None = None
         self._reported: dict[str, str] = {}  # gang key -> last no-fit reason announced by an Event
-        # Keys the informers reported since the last cycle (pods, bound pods, nodes); the Observer reads only
+        # Keys the informers reported since the last cycle (CHANGE_TRACKED); the Observer reads only
         # those once every tracked store feeds :meth:`watcher` (else it walks every object).
         self._changes: dict[str, set[tuple[str | None, str]]] = {}
         self._changes_lock = threading.Lock()
@@ -148,13 +148,18 @@ class Controller:
             changed = Changed(
                 pods={(ns or "", name): (self._get("pods", ns, name), self._get(BOUND_PODS, ns, name))
                       for ns, name in keys.get("pods", set()) | keys.get(BOUND_PODS, set())},
-                nodes={name: self._get("nodes", None, name) for _, name in keys.get("nodes", set())})
+                nodes={name: self._get("nodes", None, name) for _, name in keys.get("nodes", set())},
+                claims=self._current(api.CLAIMS, keys), podgroups=self._current("podgroups", keys),
+                workloads=self._current("workloads", keys))
         return Inputs(nodes=v.items("nodes"), pods=v.items("pods"), bound_pods=v.items(BOUND_PODS),
                       podgroups=v.items("podgroups"), workloads=v.items("workloads"),
                       admission_checks=v.items("admissionchecks"), cluster_queues=v.items("clusterqueues"),
                       resource_flavors=v.items("resourceflavors"),
                       claims=v.items(api.CLAIMS), capacities=v.items(api.CAPACITIES),
                       hypernodes=v.items("hypernodes"), queue_policies=v.items(api.QUEUE_POLICIES), changed=changed)
+
+    def _current(self, source: str, keys: Mapping[str, set[tuple[str | None, str]]]) -> dict[tuple[str, str], JSON | None]:
+        return {(ns or "", name): self._get(source, ns, name) for ns, name in keys.get(source, set())}
 
     def _get(self, source: str, namespace: str | None, name: str) -> JSON | None:
         store = self.view.stores.get(source)
