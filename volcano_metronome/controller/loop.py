@@ -124,7 +124,8 @@ class Controller:
 
     @property
     def _watched(self) -> bool:
-        return CHANGE_TRACKED <= self._tracked
+        # A resource without a store holds nothing, so nothing of it can change.
+        return all(s in self._tracked for s in CHANGE_TRACKED if s in self.view.stores)
 
     def watcher(self, source: str) -> Callable[[str, JSON], None]:
         """The ``on_change`` callback of the informer of ``source`` (a store name of :data:`SOURCES`)."""
