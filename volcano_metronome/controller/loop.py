@@ -102,6 +102,7 @@ class Controller:
         self.observer = Observer(settings)  # views kept from cycle to cycle
         self.loads = RunningLoads(settings)  # the running gangs' link loads, kept from cycle to cycle
         self.quiet = reconcile.Quiet()  # placed gangs with nothing to write, skipped while unchanged
+        self.drift = profiledrift.Drift()  # each gang's drift, assessed again only when its view changed
         self.view = View(stores, self.overlay)
         self.writer = Writer(api_, self.overlay, settings.write_concurrency, self.identity, after_write, may_write)
         self.dirty = threading.Event()
@@ -183,7 +184,7 @@ class Controller:
         started = self.monotonic()
         now = self.clock()
         world = observe(self.inputs(), self.settings, self.observer)
-        drift = profiledrift.assess(world, self.view.items(api.QUEUE_POLICIES), self.settings, now)
+        drift = self.drift.assess(world, self.view.items(api.QUEUE_POLICIES), self.settings, now)
         world = drift.world  # under profilePolicy adopt, drifted gangs are planned with their measured profile
         self.last_world = world
         for warning in world.warnings:
