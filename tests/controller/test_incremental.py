@@ -181,6 +181,7 @@ def same_world(kept: World, fresh: World) -> None:
     assert kept.orphans == fresh.orphans and kept.claims == fresh.claims
     assert kept.warnings == fresh.warnings and kept.running() == fresh.running()
     assert kept.index == {g.key: g for g in kept.gangs}
+    assert kept.pending_gangs() == [g for g in kept.gangs if g.pending]
 
 
 def changes_named(before: World | None, after: World) -> None:

@@ -22,7 +22,7 @@ from volcano_metronome.controller.views import ClaimView, GangKey, World, runnin
 from volcano_metronome.core.errors import InvalidInput
 from volcano_metronome.core.grid import lay_out
 from volcano_metronome.core.model import Running
-from volcano_metronome.core.snapshot import Placed, Snapshot
+from volcano_metronome.core.snapshot import Snapshot
 from volcano_metronome.core.topology import Topology
 
 
@@ -55,11 +55,11 @@ class RunningLoads:
     def snapshot(self, world: World) -> Iterator[tuple[Snapshot, list[str]]]:
         """The cycle's snapshot of ``world`` (and warnings about running gangs left out); rolled back on exit."""
         snap, warnings = self._update(world)
-        before = dict(snap.placed)
+        snap.touched = {}  # what the cycle assumes, moves or locks: undone when it ends
         try:
             yield snap, warnings
         finally:
-            _restore(snap, before)
+            snap.rollback()
 
     def _update(self, world: World) -> tuple[Snapshot, list[str]]:
         if self._snap is None or world.topology is not self._topology:
@@ -162,18 +162,3 @@ def _assume(snap: Snapshot, r: Running) -> None:
     offset = int(round(r.offset_ms / grid.slot_ms))
     snap.assume(r.gang, nodes, np.array(r.members), offset, lay_out(r.gang.profile, grid), hold_gpus=False,
                 locked=r.locked)
-
-
-def _restore(snap: Snapshot, before: dict[str, Placed]) -> None:
-    """Undo what a cycle did to ``snap``: gangs it assumed forgotten, gangs it moved or locked put back."""
-    for uid in [u for u in snap.placed if u not in before]:
-        snap.forget(uid)
-    for uid, placed in before.items():
-        current = snap.placed.get(uid)
-        if current is placed:
-            continue
-        if current is not None:
-            snap.forget(uid)
-        snap.assume(placed.gang, placed.nodes, placed.members, placed.offset, placed.pattern, placed.holds_gpus,
-                    placed.locked)
-    snap.fold()

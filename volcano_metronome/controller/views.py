@@ -206,6 +206,13 @@ class World:
     serial: int = field(default=0, compare=False)
     changed: frozenset[GangKey] | None = field(default=None, compare=False, repr=False)
     index: Mapping[GangKey, GangView] = field(default_factory=dict, compare=False, repr=False)  # gangs by key
+    pending: frozenset[GangKey] | None = field(default=None, compare=False, repr=False)  # keys of the pending gangs
+
+    def pending_gangs(self) -> list[GangView]:
+        """The gangs to decide, in the gangs' order (from :attr:`pending` when the Observer listed them)."""
+        if self.pending is None or not self.index:
+            return [g for g in self.gangs if g.pending]
+        return [self.index[k] for k in sorted(self.pending) if self.index[k].pending]
 
     def running(self) -> tuple[Running, ...]:
         """Gangs holding nodes (placed claims, orphans included until released) as the core's values."""

@@ -56,6 +56,10 @@ class Snapshot:
         self.link_peaks = np.zeros(len(topology.links), dtype=np.int64)
         self.placed: dict[str, Placed] = {}
         self._link_gangs: dict[int, set[str]] = {}
+        self._periods: dict[int, int] = {}  # pattern length in slots -> how many placed gangs have it
+        # While a dict: each gang's Placed (None: absent) before its first change since, so that a caller keeping
+        # the snapshot across cycles can undo a cycle's changes in proportion to them (:meth:`rollback`).
+        self.touched: dict[str, Placed | None] | None = None
 
     @classmethod
     def build(cls, state: ClusterState, grid: SlotGrid) -> "Snapshot":
@@ -102,10 +106,12 @@ class Snapshot:
         links, multiplier = loaded_links(self.topology, nodes, members, gang.profile.collective)
         placed = Placed(gang, pattern, nodes, members, links, multiplier, offset % pattern.slots, hold_gpus, locked)
         self._grow(math.lcm(self.hyperperiod, pattern.slots))
+        self._note(gang.uid)
         self._apply(placed, +1)
         if hold_gpus:
             self.free_gpus[nodes] -= members * gang.gpus_per_member
         self.placed[gang.uid] = placed
+        self._periods[placed.pattern.slots] = self._periods.get(placed.pattern.slots, 0) + 1
         for link in links:
             self._link_gangs.setdefault(int(link), set()).add(gang.uid)
         return placed
@@ -133,10 +139,12 @@ class Snapshot:
 
     def lock(self, uid: str) -> None:
         """Mark a gang's offset as binding (its runtime aligns from now on)."""
+        self._note(uid)
         self.placed[uid] = dataclasses.replace(self.placed[uid], locked=True)
 
     def unlock(self, uid: str) -> None:
         """Mark a gang's offset as provisional again (its runtime runs free)."""
+        self._note(uid)
         self.placed[uid] = dataclasses.replace(self.placed[uid], locked=False)
 
     def unlockable(self) -> list[str]:
@@ -146,13 +154,37 @@ class Snapshot:
 
     def forget(self, uid: str) -> Placed:
         """Remove a gang's load (and give back its GPUs if it took them)."""
+        self._note(uid)
         placed = self.placed.pop(uid)
+        left = self._periods[placed.pattern.slots] - 1
+        if left:
+            self._periods[placed.pattern.slots] = left
+        else:
+            del self._periods[placed.pattern.slots]
         self._apply(placed, -1)
         if placed.holds_gpus:
             self.free_gpus[placed.nodes] += placed.members * placed.gang.gpus_per_member
         for link in placed.links:
             self._link_gangs[int(link)].discard(uid)
         return placed
+
+    def _note(self, uid: str) -> None:
+        if self.touched is not None and uid not in self.touched:
+            self.touched[uid] = self.placed.get(uid)
+
+    def rollback(self) -> None:
+        """Undo every change since :attr:`touched` was set to ``{}`` (assumes, forgets, locks), then stop noting."""
+        touched, self.touched = self.touched or {}, None
+        for uid, before in touched.items():
+            current = self.placed.get(uid)
+            if current is before:
+                continue
+            if current is not None:
+                self.forget(uid)
+            if before is not None:
+                self.assume(before.gang, before.nodes, before.members, before.offset, before.pattern,
+                            before.holds_gpus, before.locked)
+        self.fold()
 
     def _apply(self, placed: Placed, sign: int) -> None:
         if not len(placed.links):
@@ -166,7 +198,7 @@ class Snapshot:
 
     def fold(self) -> None:
         """Shrink the hyperperiod to the least common multiple of the placed gangs' periods (after forgets)."""
-        span = math.lcm(1, *(p.pattern.slots for p in self.placed.values()))
+        span = math.lcm(1, *self._periods)
         if span < self.hyperperiod:  # every load row repeats with ``span``: its first ``span`` slots are exact
             self.load = np.ascontiguousarray(self.load[:, :span])
             self.hyperperiod = span
