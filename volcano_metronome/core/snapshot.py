@@ -5,7 +5,10 @@ place as the cycle assumes decisions, so that each decision sees the ones before
 I/O and no clock; callers own its lifetime.
 
 Loads are whole Mbps in an ``int32`` array of ``links x hyperperiod`` slots; the hyperperiod is the
-least common multiple of the periods of the gangs present, which divides the grid's cap.
+least common multiple of the periods of the gangs present, which divides the grid's cap. The array is
+the first ``hyperperiod`` columns of a wider one that repeats with the hyperperiod (as wide as the longest
+hyperperiod seen), so the hyperperiod shrinks when a period's last gang leaves and grows back when one
+arrives without copying every link's loads each time.
 """
 
 from __future__ import annotations
@@ -50,7 +53,8 @@ class Snapshot:
         self.grid = grid
         self.free_gpus = np.asarray(free_gpus, dtype=np.int64).copy()
         self.hyperperiod = 1
-        self.load = np.zeros((len(topology.links), 1), dtype=np.int32)
+        self._wide = np.zeros((len(topology.links), 1), dtype=np.int32)  # repeats with the hyperperiod
+        self.load = self._wide[:, :1]
         self.link_mean = np.zeros(len(topology.links))
         # Sum of the peak rates of the gangs on each link: when it fits the capacity, no phase of theirs can collide.
         self.link_peaks = np.zeros(len(topology.links), dtype=np.int64)
@@ -189,8 +193,8 @@ class Snapshot:
     def _apply(self, placed: Placed, sign: int) -> None:
         if not len(placed.links):
             return
-        row = placed.row(self.hyperperiod)
-        self.load[placed.links] += (sign * scaled(placed.multiplier[:, None], row[None, :])).astype(np.int32)
+        row = placed.row(self._wide.shape[1])
+        self._wide[placed.links] += (sign * scaled(placed.multiplier[:, None], row[None, :])).astype(np.int32)
         # From the whole-number loads, not accumulated: any history of assumes and forgets that leaves the same
         # loads leaves the same means, to the bit (a snapshot kept across cycles ranks candidates as a fresh one).
         self.link_mean[placed.links] = self.load[placed.links].sum(axis=1, dtype=np.int64) / self.hyperperiod
@@ -200,7 +204,7 @@ class Snapshot:
         """Shrink the hyperperiod to the least common multiple of the placed gangs' periods (after forgets)."""
         span = math.lcm(1, *self._periods)
         if span < self.hyperperiod:  # every load row repeats with ``span``: its first ``span`` slots are exact
-            self.load = np.ascontiguousarray(self.load[:, :span])
+            self.load = self._wide[:, :span]
             self.hyperperiod = span
 
     def _grow(self, hyperperiod: int) -> None:
@@ -208,5 +212,8 @@ class Snapshot:
             return
         if hyperperiod > self.grid.max_hyperperiod_slots:
             raise InvalidInput("hyperperiod", hyperperiod, f"at most {self.grid.max_hyperperiod_slots} slots")
-        self.load = np.tile(self.load, (1, hyperperiod // self.hyperperiod))
+        wide = self._wide.shape[1]
+        if wide % hyperperiod:  # wider than ever: the loads repeat with the hyperperiod, so copies extend them
+            self._wide = np.tile(self._wide, (1, math.lcm(wide, hyperperiod) // wide))
+        self.load = self._wide[:, :hyperperiod]
         self.hyperperiod = hyperperiod
