@@ -20,12 +20,11 @@ import json
 from dataclasses import replace
 from typing import Any, Callable, Mapping, Sequence
 
-import numpy as np
-
 from volcano_metronome import api
 from volcano_metronome.controller import eligibility, network, objects, owners, queuepolicy as policies, \
     ranks as ranking, vanished
-from volcano_metronome.controller.gpus import free_gpus, node_gpus, pod_usage, reservation
+from volcano_metronome.controller.gpus import free_gpus
+from volcano_metronome.controller.gpuledger import GpuLedger
 from volcano_metronome.controller.claimset import Claims
 from volcano_metronome.controller.objects import JSON
 from volcano_metronome.controller.queuepolicy import QueuePolicyView
@@ -85,12 +84,7 @@ class Observer:
         self._sorted: dict[GangKey, tuple[int, tuple[PodView, ...], bool]] = {}  # (token, pods by name, all have rv)
         self._token = 0
         self._owned: Mapping[tuple[str, str, str], str] | None = None
-        self._contrib: dict[_Key, tuple[int, int]] = {}  # pod -> (node index, GPUs it holds there)
-        self._pod_used = np.zeros(0, np.int64)
-        self._alloc = np.zeros(0, np.int64)
-        self._usable = np.zeros(0, bool)
-        self._reserved: dict[GangKey, tuple[tuple[int, int], ...]] = {}  # placed gang -> GPUs it holds unbound
-        self._held = np.zeros(0, np.int64)  # per node: the sum of those
+        self._gpus = GpuLedger(settings.gpu_resource)
         self._eligible: dict[str, frozenset[str] | None] = {}  # constraint key -> eligible nodes, while nodes hold
         self._claims = Claims(claim_view)
         self._podgroups: dict[_Key, JSON] = {}
@@ -232,7 +226,11 @@ class Observer:
         gangs = self._gangs
 
         orphans = self._orphaned(changed_claims, claims)
-        allocatable, free = self._free_gpus(inputs, self._views, seen, net.topology.nodes, None if full else changed)
+        if full:
+            index = net.topology.node_index
+            self._taints = {objects.name(n): _taints(n) for n in inputs.nodes if objects.name(n) in index}
+        allocatable, free = self._gpus.update(inputs, net.topology.node_index, self._views, seen,
+                                              None if full else changed)
         self._serial += 1
         return World(net.topology, net.source, allocatable, free, gangs, orphans, dict(claims), pols, our_checks,
                      tuple(inputs.admission_checks), tuple(warnings), serial=self._serial,
@@ -391,81 +389,6 @@ class Observer:
             self._pols = (sig, tuple(policies.parse(p, grid, nic) for p in objs))
             self._pols_generation += 1
         return self._pols[1]
-
-    def _free_gpus(self, inputs: Inputs, views: Mapping[GangKey, GangView], seen: set[GangKey], names: Sequence[str],
-                   changed: Changed | None) -> tuple[tuple[int, ...], tuple[int, ...]]:
-        """:func:`free_gpus`, reading only the nodes, pods and gangs that changed (all of them without ``changed``)."""
-        resource = self.settings.gpu_resource
-        index = self._net.topology.node_index if self._net is not None else {n: i for i, n in enumerate(names)}
-        if changed is None:
-            self._alloc, self._usable = np.zeros(len(names), np.int64), np.ones(len(names), bool)
-            cached_nodes: dict[str, tuple[str, int, bool]] = {}
-            taints: dict[str, str] = {}
-            for node_obj in inputs.nodes:
-                _, name, rv = _ident(node_obj)
-                i = index.get(name)
-                if i is None:
-                    continue
-                node_hit = self._nodes.get(name)
-                if node_hit is None or not rv or node_hit[0] != rv:
-                    node_hit = (rv, *node_gpus(node_obj, resource))
-                if rv:
-                    cached_nodes[name] = node_hit
-                self._alloc[i], self._usable[i] = node_hit[1], node_hit[2]
-                taints[name] = _taints(node_obj)
-            self._nodes, self._taints = cached_nodes, taints
-            self._walk_usage(inputs, index)
-            self._held, self._reserved = np.zeros(len(names), np.int64), {}
-            seen = set(views)
-        else:
-            for name, changed_node in changed.nodes.items():
-                i = index.get(name)
-                if i is None or changed_node is None:
-                    continue
-                rv = objects.resource_version(changed_node)
-                node_hit = (rv, *node_gpus(changed_node, resource))
-                self._nodes[name] = node_hit
-                self._alloc[i], self._usable[i] = node_hit[1], node_hit[2]
-            for pk, (managed, bound) in changed.pods.items():
-                old = self._contrib.pop(pk, None)
-                if old is not None:
-                    self._pod_used[old[0]] -= old[1]
-                new = pod_usage(bound, index, resource) or pod_usage(managed, index, resource)
-                if new is not None:
-                    self._contrib[pk] = new
-                    self._pod_used[new[0]] += new[1]
-        self._reserve(index, views, seen)
-        free = np.where(self._usable, np.maximum(self._alloc - self._pod_used - self._held, 0), 0)
-        return tuple(self._alloc.tolist()), tuple(free.tolist())
-
-    def _walk_usage(self, inputs: Inputs, index: Mapping[str, int]) -> None:
-        resource = self.settings.gpu_resource
-        contrib: dict[_Key, tuple[int, int]] = {}
-        used = np.zeros(len(index), np.int64)
-        for pod in [*inputs.bound_pods, *inputs.pods]:
-            ns, name, _ = _ident(pod)
-            k = (ns, name)
-            if k in contrib:
-                continue
-            c = pod_usage(pod, index, resource)
-            if c is not None:
-                contrib[k] = c
-                used[c[0]] += c[1]
-        self._contrib, self._pod_used = contrib, used
-
-    def _reserve(self, index: Mapping[str, int], views: Mapping[GangKey, GangView], keys: set[GangKey]) -> None:
-        """The GPUs placed gangs hold where their pods are not bound yet (:func:`reserve`), for the gangs in ``keys``."""
-        for key in keys:
-            for i, amount in self._reserved.pop(key, ()):
-                self._held[i] -= amount
-            gang = views.get(key)
-            if gang is None or not gang.placed or gang.finished or gang.claim is None:
-                continue
-            held = reservation(gang, index)
-            self._reserved[key] = held
-            for i, amount in held:
-                self._held[i] += amount
-
 
 def _objects(kept: dict[_Key, JSON], kind: str, objs: Sequence[JSON],
              changed: Mapping[_Key, JSON | None] | None) -> set[GangKey]:

@@ -46,6 +46,7 @@ import numpy as np
 
 from volcano_metronome import api
 from volcano_metronome.controller import objects, ranks, statuses, vanished
+from volcano_metronome.controller.quiet import Quiet, share_of
 from volcano_metronome.controller.epochs import epoch_at_or_after, epoch_at_or_before, epoch_step_ms
 from volcano_metronome.controller.constraints import assign
 from volcano_metronome.controller.objects import JSON
@@ -76,81 +77,6 @@ PER_POD, CACHE_RISK, SHARED_PER_ROLE = "PerPodConstraints", "VolcanoPredicateErr
 
 
 # ------------------------------------------------------------------------------------------- planning
-class Quiet:
-    """Gangs whose last plan wrote nothing, with the view and network it was planned from.
-
-    Planning such a gang again from the same view, on the same network, with no decision, move, lock
-    or unlock for it, writes nothing again (the writes are differences, and none depends on the clock
-    unless something is written): a cycle skips it. Kept by the caller from cycle to cycle. Between
-    consecutive worlds of one Observer (``World.changed``) a cycle visits only the gangs that changed, the
-    ones that were not quiet last time and those this cycle's decisions, moves, locks and unlocks name;
-    the quiet gangs' part in the plan's counts is kept as sums.
-    """
-
-    def __init__(self) -> None:
-        self.gangs: dict[GangKey, tuple[GangView, Topology, bool]] = {}  # -> (view, network, drifted)
-        self.serial = -1
-        self.loud: set[GangKey] = set()  # gangs visited last cycle that were not quiet
-        self.uids: dict[str, set[GangKey]] = {}  # gang uid -> the gangs of that uid
-        self._uid_of: dict[GangKey, str] = {}
-        self.shares: dict[GangKey, _Share] = {}  # quiet gang -> its part in the counts
-        self.totals = [0, 0, 0]  # the quiet gangs': pending, placed, drifted
-        self.counts: dict[str, list[int]] = {}  # QueuePolicy -> the quiet gangs' (unfinished, placed)
-
-    def index(self, key: GangKey, gang: GangView | None) -> None:
-        """Note the uid of gang ``key`` (None: gone)."""
-        old = self._uid_of.pop(key, None)
-        if old is not None:
-            keys = self.uids[old]
-            keys.discard(key)
-            if not keys:
-                del self.uids[old]
-        if gang is not None:
-            self._uid_of[key] = gang.uid
-            self.uids.setdefault(gang.uid, set()).add(key)
-
-    def keep(self, key: GangKey, hit: tuple[GangView, Topology, bool], share: _Share) -> None:
-        """Note ``key`` quiet."""
-        self.gangs[key] = hit
-        self.shares[key] = share
-        self.totals[0] += share.pending
-        self.totals[1] += share.placed
-        self.totals[2] += hit[2]
-        count = self.counts.setdefault(share.policy, [0, 0])
-        count[0] += share.governed
-        count[1] += share.governing_placed
-
-    def drop(self, key: GangKey) -> None:
-        """Note ``key`` no longer known to be quiet."""
-        hit = self.gangs.pop(key, None)
-        share = self.shares.pop(key, None)
-        if hit is None or share is None:
-            return
-        self.totals[0] -= share.pending
-        self.totals[1] -= share.placed
-        self.totals[2] -= hit[2]
-        count = self.counts[share.policy]
-        count[0] -= share.governed
-        count[1] -= share.governing_placed
-
-
-@dataclasses.dataclass(frozen=True)
-class _Share:
-    """A gang's part in a plan's counts: pending, placed, and its QueuePolicy's unfinished and placed gangs."""
-
-    policy: str
-    pending: int
-    placed: int
-    governed: int
-    governing_placed: int
-
-
-def _share(gang: GangView, decided: bool) -> _Share:
-    held = gang.placed and not gang.finished
-    return _Share(gang.policy, int(gang.pending and not decided), int(held or decided), int(not gang.finished),
-                  int(not gang.finished and (gang.placed or decided)))
-
-
 def plan(world: World, decided: Decided, settings: Settings, now_s: float,
          reoptimised: Reoptimised = Reoptimised(), reported: Mapping[str, str] = {}, quiet: Quiet | None = None) -> Plan:
     """The writes that bring the cluster in line with the world and this cycle's decisions.
@@ -195,7 +121,7 @@ def plan(world: World, decided: Decided, settings: Settings, now_s: float,
         result = decided.results.get(uid)
         calm = quiet is not None and result is None and uid not in moved and uid not in unlocks and (
             uid not in decided.locks and uid not in decided.relocations)
-        share = _share(gang, isinstance(result, Decision))
+        share = share_of(gang, isinstance(result, Decision))
         hit = q.gangs.pop(gang.key, None)
         if calm and hit is not None and hit[0] is gang and hit[1] is world.topology:
             q.keep(gang.key, hit, share)
