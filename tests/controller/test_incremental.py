@@ -19,6 +19,7 @@ from volcano_metronome import api
 from volcano_metronome.controller import deciding, objects, profiledrift, reconcile
 from volcano_metronome.controller.loads import RunningLoads
 from volcano_metronome.controller.observe import Inputs, Observer, observe
+from volcano_metronome.controller.quiet import Quiet
 from volcano_metronome.controller.settings import Settings
 from volcano_metronome.controller.views import Changed, World
 from volcano_metronome.core.snapshot import Snapshot
@@ -222,7 +223,7 @@ def test_kept_state_equals_a_fresh_build_after_every_event(sequence: list[tuple[
     for name in NODES[:4]:
         stores.put("nodes", node(name, int(name[1]) // 2, 8, True))
     observer, driven = Observer(SETTINGS), Observer(SETTINGS)
-    loads, drift, quiet = RunningLoads(SETTINGS), profiledrift.Drift(), reconcile.Quiet()
+    loads, drift, quiet = RunningLoads(SETTINGS), profiledrift.Drift(), Quiet()
     last: World | None = None
     last_driven: World | None = None
     last_planned: World | None = None

@@ -28,6 +28,7 @@ from volcano_metronome.controller.metrics import HealthServer, Metrics
 from volcano_metronome.controller.objects import JSON
 from volcano_metronome.controller.loads import RunningLoads
 from volcano_metronome.controller.observe import Changed, Inputs, Observer, World, observe
+from volcano_metronome.controller.quiet import Quiet
 from volcano_metronome.controller.reconcile import Plan
 from volcano_metronome.controller.settings import Settings
 from volcano_metronome.controller.writer import Api, Outcome, Writer
@@ -101,7 +102,7 @@ class Controller:
         self.overlay = Overlay()
         self.observer = Observer(settings)  # views kept from cycle to cycle
         self.loads = RunningLoads(settings)  # the running gangs' link loads, kept from cycle to cycle
-        self.quiet = reconcile.Quiet()  # placed gangs with nothing to write, skipped while unchanged
+        self.quiet = Quiet()  # placed gangs with nothing to write, skipped while unchanged
         self.drift = profiledrift.Drift()  # each gang's drift, assessed again only when its view changed
         self.view = View(stores, self.overlay)
         self.writer = Writer(api_, self.overlay, settings.write_concurrency, self.identity, after_write, may_write)
