@@ -275,3 +275,27 @@ def test_a_taint_alone_changes_the_eligible_nodes_of_an_event_driven_observer() 
     assert [g.nodes for g in driven.world(replace(stores.inputs(), changed=stores.changes())).gangs] == [None]
     apply(stores, ("taint", "n1", True))  # labels unchanged: the network stands, the eligible nodes do not
     same_world(driven.world(replace(stores.inputs(), changed=stores.changes())), observe(stores.inputs(), SETTINGS))
+
+
+def test_a_controller_that_freezes_its_heap_does_so_once_after_its_first_cycle() -> None:
+    import gc
+    import time
+
+    from volcano_metronome.bench.cycle import Cluster, NoApi
+    from volcano_metronome.controller.loop import Controller
+
+    cluster = Cluster(16, 4, 1, 2, seed=3)
+    controller = Controller(NoApi(), cluster.stores, SETTINGS, identity="t", clock=lambda: NOW,
+                            monotonic=time.monotonic, freeze_heap=True)
+    for name, store in cluster.stores.items():
+        store.on_change = controller.watcher(name)
+    gc.unfreeze()
+    try:
+        controller.think()
+        frozen = gc.get_freeze_count()
+        assert frozen > 0 and not controller.freeze_heap
+        cluster.events(1, 1)
+        controller.think()
+        assert gc.get_freeze_count() <= frozen  # once only (frozen objects still go when no longer referenced)
+    finally:
+        gc.unfreeze()

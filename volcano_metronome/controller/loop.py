@@ -10,6 +10,7 @@ enabled, and for every such policy when the network changes.
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import signal
@@ -93,8 +94,12 @@ class Controller:
     def __init__(self, api_: Api, stores: Mapping[str, Store], settings: Settings, *, identity: str = "",
                  metrics: Metrics | None = None, clock: Callable[[], float] = time.time,
                  monotonic: Callable[[], float] = time.monotonic, after_write: Callable[[], None] | None = None,
-                 may_write: Callable[[], bool] | None = None) -> None:
+                 may_write: Callable[[], bool] | None = None, freeze_heap: bool = False) -> None:
         self.settings = settings
+        # After the first cycle, move everything alive (the informers' caches, the first world) out of the cyclic
+        # collector's reach: its full collections otherwise rescan millions of long-lived objects (0.5 s of CPU
+        # at 10,000 nodes, once every 20 to 30 cycles). They are still freed when no longer referenced.
+        self.freeze_heap = freeze_heap
         self.identity = identity or default_identity()
         self.metrics = metrics or Metrics()
         self.clock = clock
@@ -200,6 +205,10 @@ class Controller:
             reoptimised = (reconcile.reoptimise_running(world, self.settings, due, decided) if due
                            else reconcile.Reoptimised())
         plan = drift.amend(reconcile.plan(world, decided, self.settings, now, reoptimised, self._reported, self.quiet))
+        if self.freeze_heap:
+            self.freeze_heap = False
+            gc.collect()
+            gc.freeze()
         return Thought(world, decided, plan, decide_s, drift)
 
     def _remember_reports(self, plan: Plan, outcome: Outcome) -> None:
@@ -336,7 +345,7 @@ def serve(k: kube.Kube, settings: Settings, options: ServeOptions, stop: threadi
     writes = k.fenced(elector.remaining) if elector is not None else k
     controller = Controller(writes, informers, settings, identity=identity, metrics=metrics,
                             after_write=_fault(options.exit_after_writes),
-                            may_write=elector.is_leader if elector is not None else None)
+                            may_write=elector.is_leader if elector is not None else None, freeze_heap=True)
     wake.append(controller.notify)
     for src in SOURCES:
         selector = settings.node_selector or None if src.name == "nodes" else src.label_selector
