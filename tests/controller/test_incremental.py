@@ -13,18 +13,21 @@ from dataclasses import replace
 from typing import Any
 
 import numpy as np
-from hypothesis import HealthCheck, given, settings as hsettings, strategies as st
+from hypothesis import HealthCheck, example, given, settings as hsettings, strategies as st
 
 from volcano_metronome import api
-from volcano_metronome.controller import deciding, objects
+from volcano_metronome.shapes import templates
+from volcano_metronome.controller import deciding, objects, profiledrift, reconcile
 from volcano_metronome.controller.loads import RunningLoads
 from volcano_metronome.controller.observe import Inputs, Observer, observe
+from volcano_metronome.controller.quiet import Quiet
 from volcano_metronome.controller.settings import Settings
 from volcano_metronome.controller.views import Changed, World
 from volcano_metronome.core.snapshot import Snapshot
 
 JSON = dict[str, Any]
 SETTINGS = Settings()
+NOW = 1.7e9
 NODES = [f"n{i}" for i in range(6)]
 GANGS = ["g0", "g1", "g2", "g3"]
 PROFILES = [
@@ -39,8 +42,9 @@ class Stores:
 
     def __init__(self) -> None:
         self.rv = 0
-        self.objs: dict[str, dict[tuple[str, str], JSON]] = {k: {} for k in ("nodes", "pods", "podgroups", "claims")}
-        self.changed: dict[str, set[tuple[str, str]]] = {"nodes": set(), "pods": set()}  # as the informers report
+        self.objs: dict[str, dict[tuple[str, str], JSON]] = {
+            k: {} for k in ("nodes", "pods", "podgroups", "claims", "queuepolicies")}
+        self.changed: dict[str, set[tuple[str, str]]] = {k: set() for k in self.objs}  # as the informers report
 
     def put(self, kind: str, obj: JSON) -> None:
         self.rv += 1
@@ -58,8 +62,10 @@ class Stores:
         """What changed since the last call, as the controller hands it to the Observer."""
         pods = {k: (self.objs["pods"].get(k), self.bound(self.objs["pods"].get(k))) for k in self.changed["pods"]}
         nodes = {k[1]: self.objs["nodes"].get(k) for k in self.changed["nodes"]}
-        self.changed = {"nodes": set(), "pods": set()}
-        return Changed(pods=pods, nodes=nodes)
+        claims = {k: self.objs["claims"].get(k) for k in self.changed["claims"]}
+        podgroups = {k: self.objs["podgroups"].get(k) for k in self.changed["podgroups"]}
+        self.changed = {k: set() for k in self.objs}
+        return Changed(pods=pods, nodes=nodes, claims=claims, podgroups=podgroups, workloads={})
 
     @staticmethod
     def bound(pod: JSON | None) -> JSON | None:
@@ -69,7 +75,8 @@ class Stores:
         pods = list(self.objs["pods"].values())
         return Inputs(nodes=list(self.objs["nodes"].values()), pods=pods,
                       bound_pods=[p for p in pods if p["spec"].get("nodeName")],
-                      podgroups=list(self.objs["podgroups"].values()), claims=list(self.objs["claims"].values()))
+                      podgroups=list(self.objs["podgroups"].values()), claims=list(self.objs["claims"].values()),
+                      queue_policies=list(self.objs["queuepolicies"].values()))
 
 
 def node(name: str, rack: int, gpus: int, ready: bool, tainted: bool = False) -> JSON:
@@ -91,19 +98,40 @@ def pod(gang: str, i: int, gpus: int, where: str | None, profile: int) -> JSON:
             "spec": spec, "status": {"phase": "Running" if where else "Pending"}}
 
 
-def podgroup(gang: str, profile: int) -> JSON:
-    return {"metadata": {"name": gang, "namespace": "ns", "annotations": {api.PROFILE: json.dumps(PROFILES[profile])}},
-            "spec": {"minMember": 2, "queue": "default"}}
+def podgroup(gang: str, profile: int, before_pods: str | None = None) -> JSON:
+    """A PodGroup; ``before_pods`` (a phase) makes it one of a Volcano Job decided before its pods (gangs.decidable_before_pods)."""
+    group: JSON = {"metadata": {"name": gang, "namespace": "ns",
+                                "annotations": {api.PROFILE: json.dumps(PROFILES[profile])}},
+                   "spec": {"minMember": 2, "queue": "default"}}
+    if before_pods is not None:
+        group["metadata"]["annotations"][api.POD_CONSTRAINTS] = templates.encode([{}])
+        group["metadata"]["ownerReferences"] = [{"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job", "name": gang,
+                                                 "uid": f"u-{gang}", "controller": True}]
+        group["spec"]["minTaskMember"] = {"worker": 2}
+        group["status"] = {"phase": before_pods}
+    return group
 
 
-def claim(gang: str, nodes: list[str], offset: int, locked: bool, profile: int, released: bool) -> JSON:
-    prof = objects.profile_to_spec(objects.profile_from_annotation(json.dumps(PROFILES[profile]), "test"))
+def spec_of(profile: int) -> JSON:
+    return objects.profile_to_spec(objects.profile_from_annotation(json.dumps(PROFILES[profile]), "test"))
+
+
+def claim(gang: str, nodes: list[str], offset: int, locked: bool, profile: int, released: bool,
+          ref: bool = True, measured: int | str | None = None, adopted: int | None = None) -> JSON:
+    prof = spec_of(profile)
     status: JSON = {"nodes": nodes, "members": [1] * len(nodes), "offsetMs": offset,
                     "periodMs": PROFILES[profile]["period_ms"], "epoch": 0, "locked": locked}
+    if measured is not None:  # what the agent measured (profiledrift): a profile, or a broken one
+        status["measuredProfile"] = {"periodMs": -1} if measured == "broken" else {
+            **spec_of(int(measured)), "source": "agent"}
+    if adopted is not None:
+        status["adoptedProfile"] = spec_of(adopted)
     if released:
         status["conditions"] = [{"type": "Placed", "status": "False"}]
     return {"metadata": {"name": f"podgroup-{gang}", "namespace": "ns", "labels": {api.MANAGED_LABEL: "true"}},
-            "spec": {"gangRef": {"kind": "PodGroup", "name": gang}, "profile": prof}, "status": status}
+            # Without a gangRef the gang finds its claim by the name the controller gives it (gangs.find_claim).
+            "spec": {"gangRef": {"kind": "PodGroup", "name": gang}, "profile": prof} if ref else {"profile": prof},
+            "status": status}
 
 
 node_names = st.sampled_from(NODES)
@@ -114,11 +142,15 @@ events = st.one_of(
     st.tuples(st.just("pod"), st.sampled_from(GANGS), st.integers(0, 1), st.integers(1, 4),
               st.one_of(st.none(), node_names), st.integers(0, 2)),
     st.tuples(st.just("-pod"), st.sampled_from(GANGS), st.integers(0, 1)),
-    st.tuples(st.just("podgroup"), st.sampled_from(GANGS), st.integers(0, 2)),
+    st.tuples(st.just("podgroup"), st.sampled_from(GANGS), st.integers(0, 2),
+              st.sampled_from([None, "Pending", "Inqueue", "Running"])),
     st.tuples(st.just("-podgroup"), st.sampled_from(GANGS)),
     st.tuples(st.just("claim"), st.sampled_from(GANGS), st.lists(node_names, min_size=1, max_size=3, unique=True),
-              st.integers(0, 299), st.booleans(), st.integers(0, 2), st.booleans()),
+              st.integers(0, 299), st.booleans(), st.integers(0, 2), st.booleans(), st.booleans(),
+              st.sampled_from([None, 0, 1, 2, "broken"]), st.one_of(st.none(), st.integers(0, 2))),
     st.tuples(st.just("-claim"), st.sampled_from(GANGS)),
+    st.tuples(st.just("policy"), st.sampled_from(["observe", "adopt", "bad"])),  # a catch-all QueuePolicy
+    st.tuples(st.just("-policy")),
 )
 
 
@@ -138,9 +170,13 @@ def apply(stores: Stores, event: tuple[Any, ...]) -> None:
     elif kind == "-pod":
         stores.delete("pods", f"{event[1]}-{event[2]}")
     elif kind == "podgroup":
-        stores.put("podgroups", podgroup(event[1], event[2]))
+        stores.put("podgroups", podgroup(*event[1:]))
     elif kind == "-podgroup":
         stores.delete("podgroups", event[1])
+    elif kind == "policy":
+        stores.put("queuepolicies", {"metadata": {"name": "qp"}, "spec": {"profilePolicy": event[1]}})
+    elif kind == "-policy":
+        stores.objs["queuepolicies"].pop(("", "qp"), None)
     elif kind == "claim":
         stores.put("claims", claim(*event[1:]))
     else:
@@ -156,6 +192,18 @@ def same_world(kept: World, fresh: World) -> None:
     assert (kept.allocatable, kept.free_gpus) == (fresh.allocatable, fresh.free_gpus)
     assert kept.orphans == fresh.orphans and kept.claims == fresh.claims
     assert kept.warnings == fresh.warnings and kept.running() == fresh.running()
+    assert kept.index == {g.key: g for g in kept.gangs}
+    assert kept.pending_gangs() == [g for g in kept.gangs if g.pending]
+
+
+def changes_named(before: World | None, after: World) -> None:
+    """``after.changed`` names every gang whose view is not the very object of the world before."""
+    if before is None or after.changed is None:
+        return
+    assert after.serial == before.serial + 1
+    for key in set(before.index) | set(after.index):
+        if key not in after.changed:
+            assert before.index.get(key) is after.index.get(key), key
 
 
 def same_snapshot(kept: Snapshot, fresh: Snapshot) -> None:
@@ -176,26 +224,55 @@ def same_snapshot(kept: Snapshot, fresh: Snapshot) -> None:
 
 @hsettings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(events, min_size=1, max_size=30))
+# A gang adopting its measured profile, then cycles in which nothing of it changes but the clock: its claim's
+# new epoch is worked out again every cycle until written (profiledrift.Drift keeps such gangs active).
+@example([("podgroup", "g0", 0), ("claim", "g0", ["n0", "n1"], 0, True, 0, False, True, 1, None),
+          ("policy", "adopt"), ("taint", "n3", True), ("taint", "n3", False), ("taint", "n3", True),
+          ("taint", "n3", False)])
 def test_kept_state_equals_a_fresh_build_after_every_event(sequence: list[tuple[Any, ...]]) -> None:
     stores = Stores()
     for name in NODES[:4]:
         stores.put("nodes", node(name, int(name[1]) // 2, 8, True))
-    observer, loads, driven = Observer(SETTINGS), RunningLoads(SETTINGS), Observer(SETTINGS)
-    for event in sequence:
+    observer, driven = Observer(SETTINGS), Observer(SETTINGS)
+    loads, drift, quiet = RunningLoads(SETTINGS), profiledrift.Drift(), Quiet()
+    last: World | None = None
+    last_driven: World | None = None
+    last_planned: World | None = None
+    for step, event in enumerate(sequence):
+        now_s = NOW + 13.7 * step  # the clock moves: epochs written from now on differ from cycle to cycle
         apply(stores, event)
         inputs = stores.inputs()
         kept = observer.world(inputs)
         fresh = observe(inputs, SETTINGS)
         same_world(kept, fresh)
-        same_world(driven.world(replace(inputs, changed=stores.changes())), fresh)  # only the changed keys read
-        fresh_snap, fresh_warnings = deciding.snapshot(fresh, SETTINGS)
-        with loads.snapshot(kept) as base:
+        changes_named(last, kept)
+        last = kept
+        now = driven.world(replace(inputs, changed=stores.changes()))  # only the changed keys read
+        same_world(now, fresh)
+        changes_named(last_driven, now)
+        last_driven = now
+        # Profile drift, kept (assessed again only for the gangs World.changed names) and from scratch.
+        assessed = drift.assess(now, inputs.queue_policies, SETTINGS, now_s)
+        fresh_assessed = profiledrift.assess(fresh, inputs.queue_policies, SETTINGS, now_s)
+        same_world(assessed.world, fresh_assessed.world)
+        assert (assessed.replan, assessed.changes, assessed.drifted, assessed.adopted, assessed.warnings) == (
+            fresh_assessed.replan, fresh_assessed.changes, fresh_assessed.drifted, fresh_assessed.adopted,
+            fresh_assessed.warnings)
+        changes_named(last_planned, assessed.world)
+        last_planned = planned = assessed.world
+        fresh_planned = fresh_assessed.world
+        fresh_snap, fresh_warnings = deciding.snapshot(fresh_planned, SETTINGS)
+        with loads.snapshot(planned) as base:
             same_snapshot(base[0], fresh_snap)
             assert base[1] == fresh_warnings
-            decided = deciding.decide(kept, SETTINGS, 1.7e9, None, base)  # assumes into the kept snapshot
-            assert decided == deciding.decide(fresh, SETTINGS, 1.7e9)
-        after, _ = deciding.snapshot(fresh, SETTINGS)
+            decided = deciding.decide(planned, SETTINGS, now_s, None, base)  # assumes into the kept snapshot
+            fresh_decided = deciding.decide(fresh_planned, SETTINGS, now_s)
+            assert decided == fresh_decided
+        after, _ = deciding.snapshot(fresh_planned, SETTINGS)
         same_snapshot(loads._snap, after)  # type: ignore[arg-type]  # the cycle's decisions rolled back
+        # The plan, kept (quiet gangs skipped, only changed ones planned again) and from scratch.
+        assert reconcile.plan(planned, decided, SETTINGS, now_s, quiet=quiet) == reconcile.plan(
+            fresh_planned, fresh_decided, SETTINGS, now_s)
 
 
 def test_a_taint_alone_changes_the_eligible_nodes_of_an_event_driven_observer() -> None:
@@ -209,3 +286,27 @@ def test_a_taint_alone_changes_the_eligible_nodes_of_an_event_driven_observer() 
     assert [g.nodes for g in driven.world(replace(stores.inputs(), changed=stores.changes())).gangs] == [None]
     apply(stores, ("taint", "n1", True))  # labels unchanged: the network stands, the eligible nodes do not
     same_world(driven.world(replace(stores.inputs(), changed=stores.changes())), observe(stores.inputs(), SETTINGS))
+
+
+def test_a_controller_that_freezes_its_heap_does_so_once_after_its_first_cycle() -> None:
+    import gc
+    import time
+
+    from volcano_metronome.bench.cycle import Cluster, NoApi
+    from volcano_metronome.controller.loop import Controller
+
+    cluster = Cluster(16, 4, 1, 2, seed=3)
+    controller = Controller(NoApi(), cluster.stores, SETTINGS, identity="t", clock=lambda: NOW,
+                            monotonic=time.monotonic, freeze_heap=True)
+    for name, store in cluster.stores.items():
+        store.on_change = controller.watcher(name)
+    gc.unfreeze()
+    try:
+        controller.think()
+        frozen = gc.get_freeze_count()
+        assert frozen > 0 and not controller.freeze_heap
+        cluster.events(1, 1)
+        controller.think()
+        assert gc.get_freeze_count() <= frozen  # once only (frozen objects still go when no longer referenced)
+    finally:
+        gc.unfreeze()

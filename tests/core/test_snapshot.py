@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -76,3 +77,62 @@ def test_hyperperiod_is_the_lcm_of_the_periods_present():
     snap.assume(gang("b", period=300.0, start=0.0, length=50.0), np.array([0, 1]), np.array([1, 1]), 0)
     assert snap.hyperperiod * snap.grid.slot_ms == 600.0
     assert snap.hyperperiod == math.lcm(40, 60)
+
+
+def _run(snap: Snapshot, ops, prefix: str = "", fold: bool = False) -> None:
+    for op in ops:
+        if op[0] == "assume":
+            _, uid, g, nodes, offset = op
+            g = dataclasses.replace(g, uid=prefix + uid)
+            snap.assume(g, np.array(nodes), np.ones(len(nodes), dtype=np.int64), offset)
+        else:
+            snap.forget(prefix + op[1])
+        if fold:
+            snap.fold()
+
+
+@given(operations())
+@settings(max_examples=80, deadline=None)
+def test_folded_loads_equal_loads_from_scratch_after_every_change(ops):
+    snap = empty(TOPOLOGY)
+    for op in ops:
+        _run(snap, [op], fold=True)
+        assert snap.hyperperiod == math.lcm(1, *(p.pattern.slots for p in snap.placed.values()))
+        placements = [(p.pattern.rates, p.nodes, p.offset) for p in snap.placed.values()]
+        expected = reference.link_loads(TOPOLOGY, placements, snap.hyperperiod)
+        np.testing.assert_array_equal(snap.load, expected)
+        np.testing.assert_allclose(snap.link_mean, expected.mean(axis=1), atol=1e-6)
+
+
+def test_a_hyperperiod_that_shrinks_and_grows_back_copies_no_loads():
+    snap = empty(TOPOLOGY)
+    snap.assume(gang("a", period=40.0, start=0.0, length=10.0), np.array([0, 1]), np.array([1, 1]), 0)
+    snap.assume(gang("b", period=60.0, start=0.0, length=10.0), np.array([0, 1]), np.array([1, 1]), 3)
+    wide = snap.load
+    snap.forget("b")
+    snap.fold()
+    assert snap.hyperperiod == 8 and np.shares_memory(snap.load, wide)
+    snap.assume(gang("b", period=60.0, start=0.0, length=10.0), np.array([0, 1]), np.array([1, 1]), 3)
+    assert snap.hyperperiod == 24 and np.shares_memory(snap.load, wide)
+    np.testing.assert_array_equal(snap.load, wide)
+
+
+@given(operations(), operations())
+@settings(max_examples=60, deadline=None)
+def test_rollback_undoes_every_change_since_touched_was_set(before, cycle):
+    snap = empty(TOPOLOGY)
+    _run(snap, before, fold=True)
+    load, hyper, peaks, mean = snap.load.copy(), snap.hyperperiod, snap.link_peaks.copy(), snap.link_mean.copy()
+    placed = {uid: (p.offset, p.locked, tuple(p.nodes)) for uid, p in snap.placed.items()}
+    snap.touched = {}
+    for uid in list(snap.placed)[:1]:
+        snap.lock(uid) if not snap.placed[uid].locked else snap.unlock(uid)
+    for uid in list(snap.placed)[1:2]:
+        snap.forget(uid)
+    _run(snap, cycle, prefix="c")
+    snap.rollback()
+    assert snap.touched is None and snap.hyperperiod == hyper
+    np.testing.assert_array_equal(snap.load, load)
+    np.testing.assert_array_equal(snap.link_peaks, peaks)
+    np.testing.assert_array_equal(snap.link_mean, mean)
+    assert {uid: (p.offset, p.locked, tuple(p.nodes)) for uid, p in snap.placed.items()} == placed

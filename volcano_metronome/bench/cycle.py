@@ -244,7 +244,8 @@ def main(argv: list[str] | None = None) -> int:
     cluster = Cluster(args.nodes, args.running, args.pending, args.gang, args.seed)
     setup_s = time.perf_counter() - t0
     controller = Controller(NoApi(), cluster.stores, Settings(events=True), identity="bench", clock=lambda: 1.7e9,
-                            monotonic=time.process_time if args.decision_clock == "cpu" else time.monotonic)
+                            monotonic=time.process_time if args.decision_clock == "cpu" else time.monotonic,
+                            freeze_heap=True)  # as serve() runs it
     for name, store in cluster.stores.items():
         store.on_change = controller.watcher(name)
     t0 = time.perf_counter()

@@ -90,7 +90,7 @@ def decide(world: World, settings: Settings, now_s: float, clock: Callable[[], f
     changed in place. ``clock`` times each decision (``Decided.seconds``).
     """
     snap, warnings = base if base is not None else snapshot(world, settings)
-    pending = [g for g in world.gangs if g.pending]
+    pending = world.pending_gangs()
     results: dict[str, Decision | NoFit] = {}
     seconds: dict[str, float] = {}
     for name in sorted({g.policy for g in pending}):

@@ -10,6 +10,7 @@ enabled, and for every such policy when the network changes.
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import signal
@@ -28,6 +29,7 @@ from volcano_metronome.controller.metrics import HealthServer, Metrics
 from volcano_metronome.controller.objects import JSON
 from volcano_metronome.controller.loads import RunningLoads
 from volcano_metronome.controller.observe import Changed, Inputs, Observer, World, observe
+from volcano_metronome.controller.quiet import Quiet
 from volcano_metronome.controller.reconcile import Plan
 from volcano_metronome.controller.settings import Settings
 from volcano_metronome.controller.writer import Api, Outcome, Writer
@@ -40,7 +42,7 @@ FAILING_CYCLES = 3
 
 BOUND_PODS = "bound-pods"
 #: Stores whose changes the Observer takes by key instead of walking every object.
-CHANGE_TRACKED = frozenset({"pods", BOUND_PODS, "nodes"})
+CHANGE_TRACKED = frozenset({"pods", BOUND_PODS, "nodes", "podgroups", "workloads", api.CLAIMS})
 BOUND_SELECTOR = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"
 
 
@@ -92,8 +94,12 @@ class Controller:
     def __init__(self, api_: Api, stores: Mapping[str, Store], settings: Settings, *, identity: str = "",
                  metrics: Metrics | None = None, clock: Callable[[], float] = time.time,
                  monotonic: Callable[[], float] = time.monotonic, after_write: Callable[[], None] | None = None,
-                 may_write: Callable[[], bool] | None = None) -> None:
+                 may_write: Callable[[], bool] | None = None, freeze_heap: bool = False) -> None:
         self.settings = settings
+        # After the first cycle, move everything alive (the informers' caches, the first world) out of the cyclic
+        # collector's reach: its full collections otherwise rescan millions of long-lived objects (0.5 s of CPU
+        # at 10,000 nodes, once every 20 to 30 cycles). They are still freed when no longer referenced.
+        self.freeze_heap = freeze_heap
         self.identity = identity or default_identity()
         self.metrics = metrics or Metrics()
         self.clock = clock
@@ -101,7 +107,8 @@ class Controller:
         self.overlay = Overlay()
         self.observer = Observer(settings)  # views kept from cycle to cycle
         self.loads = RunningLoads(settings)  # the running gangs' link loads, kept from cycle to cycle
-        self.quiet = reconcile.Quiet()  # placed gangs with nothing to write, skipped while unchanged
+        self.quiet = Quiet()  # placed gangs with nothing to write, skipped while unchanged
+        self.drift = profiledrift.Drift()  # each gang's drift, assessed again only when its view changed
         self.view = View(stores, self.overlay)
         self.writer = Writer(api_, self.overlay, settings.write_concurrency, self.identity, after_write, may_write)
         self.dirty = threading.Event()
@@ -112,7 +119,7 @@ class Controller:
         self._fingerprinted: tuple[object, tuple[str, ...]] = (None, ())
         self.last_world: World | None = None
         self._reported: dict[str, str] = {}  # gang key -> last no-fit reason announced by an Event
-        # Keys the informers reported since the last cycle (pods, bound pods, nodes); the Observer reads only
+        # Keys the informers reported since the last cycle (CHANGE_TRACKED); the Observer reads only
         # those once every tracked store feeds :meth:`watcher` (else it walks every object).
         self._changes: dict[str, set[tuple[str | None, str]]] = {}
         self._changes_lock = threading.Lock()
@@ -124,7 +131,8 @@ class Controller:
 
     @property
     def _watched(self) -> bool:
-        return CHANGE_TRACKED <= self._tracked
+        # A resource without a store holds nothing, so nothing of it can change.
+        return all(s in self._tracked for s in CHANGE_TRACKED if s in self.view.stores)
 
     def watcher(self, source: str) -> Callable[[str, JSON], None]:
         """The ``on_change`` callback of the informer of ``source`` (a store name of :data:`SOURCES`)."""
@@ -148,13 +156,18 @@ class Controller:
             changed = Changed(
                 pods={(ns or "", name): (self._get("pods", ns, name), self._get(BOUND_PODS, ns, name))
                       for ns, name in keys.get("pods", set()) | keys.get(BOUND_PODS, set())},
-                nodes={name: self._get("nodes", None, name) for _, name in keys.get("nodes", set())})
+                nodes={name: self._get("nodes", None, name) for _, name in keys.get("nodes", set())},
+                claims=self._current(api.CLAIMS, keys), podgroups=self._current("podgroups", keys),
+                workloads=self._current("workloads", keys))
         return Inputs(nodes=v.items("nodes"), pods=v.items("pods"), bound_pods=v.items(BOUND_PODS),
                       podgroups=v.items("podgroups"), workloads=v.items("workloads"),
                       admission_checks=v.items("admissionchecks"), cluster_queues=v.items("clusterqueues"),
                       resource_flavors=v.items("resourceflavors"),
                       claims=v.items(api.CLAIMS), capacities=v.items(api.CAPACITIES),
                       hypernodes=v.items("hypernodes"), queue_policies=v.items(api.QUEUE_POLICIES), changed=changed)
+
+    def _current(self, source: str, keys: Mapping[str, set[tuple[str | None, str]]]) -> dict[tuple[str, str], JSON | None]:
+        return {(ns or "", name): self._get(source, ns, name) for ns, name in keys.get(source, set())}
 
     def _get(self, source: str, namespace: str | None, name: str) -> JSON | None:
         store = self.view.stores.get(source)
@@ -177,7 +190,7 @@ class Controller:
         started = self.monotonic()
         now = self.clock()
         world = observe(self.inputs(), self.settings, self.observer)
-        drift = profiledrift.assess(world, self.view.items(api.QUEUE_POLICIES), self.settings, now)
+        drift = self.drift.assess(world, self.view.items(api.QUEUE_POLICIES), self.settings, now)
         world = drift.world  # under profilePolicy adopt, drifted gangs are planned with their measured profile
         self.last_world = world
         for warning in world.warnings:
@@ -192,6 +205,10 @@ class Controller:
             reoptimised = (reconcile.reoptimise_running(world, self.settings, due, decided) if due
                            else reconcile.Reoptimised())
         plan = drift.amend(reconcile.plan(world, decided, self.settings, now, reoptimised, self._reported, self.quiet))
+        if self.freeze_heap:
+            self.freeze_heap = False
+            gc.collect()
+            gc.freeze()
         return Thought(world, decided, plan, decide_s, drift)
 
     def _remember_reports(self, plan: Plan, outcome: Outcome) -> None:
@@ -328,7 +345,7 @@ def serve(k: kube.Kube, settings: Settings, options: ServeOptions, stop: threadi
     writes = k.fenced(elector.remaining) if elector is not None else k
     controller = Controller(writes, informers, settings, identity=identity, metrics=metrics,
                             after_write=_fault(options.exit_after_writes),
-                            may_write=elector.is_leader if elector is not None else None)
+                            may_write=elector.is_leader if elector is not None else None, freeze_heap=True)
     wake.append(controller.notify)
     for src in SOURCES:
         selector = settings.node_selector or None if src.name == "nodes" else src.label_selector

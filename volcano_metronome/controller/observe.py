@@ -24,7 +24,9 @@ from typing import Any, Callable, Mapping, Sequence
 from volcano_metronome import api
 from volcano_metronome.controller import eligibility, network, objects, owners, queuepolicy as policies, \
     ranks as ranking, vanished
-from volcano_metronome.controller.gpus import free_gpus, node_gpus, pod_usage, reservation
+from volcano_metronome.controller.gpus import free_gpus
+from volcano_metronome.controller.gpuledger import GpuLedger
+from volcano_metronome.controller.claimset import Claims
 from volcano_metronome.controller.objects import JSON
 from volcano_metronome.controller.queuepolicy import QueuePolicyView
 from volcano_metronome.controller.settings import Settings
@@ -83,14 +85,21 @@ class Observer:
         self._sorted: dict[GangKey, tuple[int, tuple[PodView, ...], bool]] = {}  # (token, pods by name, all have rv)
         self._token = 0
         self._owned: Mapping[tuple[str, str, str], str] | None = None
-        self._contrib: dict[_Key, tuple[int, int]] = {}  # pod -> (node index, GPUs it holds there)
-        self._pod_used: list[int] = []
-        self._alloc: list[int] = []
-        self._usable: list[bool] = []
-        self._reserved: dict[GangKey, tuple[GangView, tuple[tuple[int, int], ...]]] = {}
+        self._gpus = GpuLedger(settings.gpu_resource)
         self._eligible: dict[str, frozenset[str] | None] = {}  # constraint key -> eligible nodes, while nodes hold
-        self._claims: dict[_Key, tuple[str, ClaimView]] = {}
-        self._gangs: dict[GangKey, tuple[tuple[object, ...], GangView]] = {}
+        self._claims = Claims(claim_view)
+        self._podgroups: dict[_Key, JSON] = {}
+        self._workloads: dict[_Key, JSON] = {}
+        self._base: dict[GangKey, tuple[tuple[object, ...], GangView]] = {}  # gang -> (its inputs, view before nodes)
+        self._views: dict[GangKey, GangView] = {}  # the gangs of the last world, by key
+        self._order: list[GangKey] = []  # their keys in GangKey order
+        self._gangs: tuple[GangView, ...] = ()
+        self._volatile: set[GangKey] = set()  # views built from objects without a resourceVersion: built afresh
+        self._pending: set[GangKey] = set()  # their eligible nodes are worked out every cycle
+        self._claimed: dict[_Key, set[GangKey]] = {}  # claim key -> unfinished gangs it records
+        self._orphans: tuple[ClaimView, ...] = ()
+        self._shared: tuple[object, ...] | None = None
+        self._serial = 0
         self._pols: tuple[tuple[str, ...], tuple[QueuePolicyView, ...]] | None = None
         self._pols_generation = 0
 
@@ -100,6 +109,8 @@ class Observer:
             return self._world(inputs)
         except BaseException:
             self._net = None  # what was kept may be half updated: the next cycle reads everything
+            self._shared = None  # and derives every gang afresh
+            self._serial += 1  # whoever kept state from the last world starts over from the next one
             raise
 
     def _world(self, inputs: Inputs) -> World:
@@ -111,32 +122,24 @@ class Observer:
         warnings += net.warnings
         pols = self._policies(inputs.queue_policies)
         warnings += [p.error for p in pols if p.error]
-        claims = {}
-        cached_claims: dict[_Key, tuple[str, ClaimView]] = {}
-        for obj in inputs.claims:
-            ns, name, rv = _ident(obj)
-            claim_hit = self._claims.get((ns, name))
-            view = claim_hit[1] if claim_hit is not None and rv and claim_hit[0] == rv else claim_view(obj)
-            if rv:
-                cached_claims[(ns, name)] = (rv, view)
-            claims[view.key] = view
-        self._claims = cached_claims
-        by_ref: dict[GangKey, list[ClaimView]] = {}
-        for c in claims.values():
-            if c.gang_ref is not None:
-                by_ref.setdefault(c.gang_ref, []).append(c)
+        tracked = changed if changed is not None and changed.claims is not None else None
+        dirty, changed_claims = (self._claims.apply(tracked.claims) if tracked is not None and tracked.claims is not None
+                                 else self._claims.replace_all(inputs.claims))
+        claims, by_ref = self._claims.views, self._claims.by_ref
         our_checks = frozenset(objects.name(ac) for ac in inputs.admission_checks
                                if (ac.get("spec") or {}).get("controllerName") == api.ADMISSION_CHECK_CONTROLLER)
         cq_checks = {objects.name(cq): cluster_queue_checks(cq) for cq in inputs.cluster_queues}
-        workloads = {(objects.namespace(w), objects.name(w)): w for w in inputs.workloads}
-        owned_by_job = owners.workload_owners(inputs.workloads)
-        podgroups = {(objects.namespace(p), objects.name(p)): p for p in inputs.podgroups}
+        dirty |= _objects(self._podgroups, PODGROUP, inputs.podgroups, changed.podgroups if changed else None)
+        moved_workloads = _objects(self._workloads, WORKLOAD, inputs.workloads, changed.workloads if changed else None)
+        dirty |= moved_workloads
+        podgroups, workloads = self._podgroups, self._workloads
+        owned_by_job = owners.workload_owners(inputs.workloads) if (
+            moved_workloads or self._owned is None or changed is None or changed.workloads is None) else self._owned
 
         full = changed is None or net is not before or owned_by_job != self._owned
         self._owned = owned_by_job
         if full:
             self._eligible = {}
-            self._reserved = {}
             touched = self._walk_pods(inputs.pods, owned_by_job)
         else:
             assert changed is not None
@@ -150,59 +153,137 @@ class Observer:
             else:
                 self._members.pop(g, None)
                 self._sorted.pop(g, None)
+        dirty |= touched
 
         hostnames, live, generation = self._hostnames, self._live, self._generation
-        keys: set[GangKey] = set(self._sorted)
-        for (ns, wname), wl in workloads.items():
-            if workload_check(wl, our_checks, cq_checks) is not None:
-                keys.add(GangKey(ns, WORKLOAD, wname))
-        for (ns, gname), group in podgroups.items():  # decided before Volcano creates their pods
-            if decidable_before_pods(group):
-                keys.add(GangKey(ns, PODGROUP, gname))
-        for ref in by_ref:  # placed gangs whose pods are gone still need their claims looked after
-            if ref.kind == PODGROUP and (ref.namespace, ref.name) in podgroups:
-                keys.add(ref)
-            if ref.kind == WORKLOAD and (ref.namespace, ref.name) in workloads:
-                keys.add(ref)
+        shared = (generation, self._pols_generation, our_checks, tuple(sorted(cq_checks.items())))
+        if shared != self._shared:  # every gang's view depends on these: all derived again (unchanged ones kept)
+            dirty |= set(self._views) | set(self._sorted) | set(by_ref) | {
+                GangKey(ns, WORKLOAD, name) for ns, name in workloads}
+            self._shared = shared
+        dirty |= self._volatile
 
-        gangs: list[GangView] = []
         memo = self._eligible
         flavors = {objects.name(f): f.get("spec") or {} for f in inputs.resource_flavors}
-        shared = (generation, self._pols_generation, our_checks, tuple(sorted(cq_checks.items())))
-        cached_gangs: dict[GangKey, tuple[tuple[object, ...], GangView]] = {}
         no_pods: tuple[int, tuple[PodView, ...], bool] = (0, (), True)
-        for key in sorted(keys, key=lambda k: (k.namespace, k.kind, k.name)):  # GangKey's order, faster
+        seen: set[GangKey] = set()
+        reorder = False
+        for key in dirty | self._pending:
             found: JSON | None = podgroups.get((key.namespace, key.name)) if key.kind == PODGROUP else (
                 workloads.get((key.namespace, key.name)) if key.kind == WORKLOAD else None)
-            token, pods, all_rv = self._sorted.get(key, no_pods)
-            claim_name, claim = find_claim(key, found, claims, by_ref)
-            found_rv = objects.resource_version(found) if found is not None else None
-            deps = (shared, found_rv, token, claim_name, claim.resource_version if claim is not None else None)
-            gang_hit = self._gangs.get(key)
-            if gang_hit is not None and gang_hit[0] == deps and found_rv != "" and all_rv and (
-                    claim is None or claim.resource_version):
-                gang = gang_hit[1]
+            old = self._views.get(key)
+            if not self._listed(key, found, our_checks, cq_checks):
+                if old is not None:
+                    changed_claims |= self._forget(key, old)
+                    seen.add(key)
+                    reorder = True
+                continue
+            if key in dirty:
+                token, pods, all_rv = self._sorted.get(key, no_pods)
+                claim_name, claim = find_claim(key, found, claims, by_ref)
+                found_rv = objects.resource_version(found) if found is not None else None
+                deps = (shared, found_rv, token, claim_name, claim.resource_version if claim is not None else None)
+                hit = self._base.get(key)
+                if hit is not None and hit[0] == deps:
+                    base = hit[1]
+                else:
+                    base = gang_view(key, found, pods, claims, by_ref, pols, our_checks, cq_checks, settings)
+                    base = replace(base, hostnames=hostnames)
+                    stuck = vanished.stranded(base.pods, live)
+                    if stuck and not base.waiting_for:  # decided again once their owners have replaced them
+                        base = replace(base, waiting_for=f"{len(stuck)} pod(s) pinned to vanished nodes to be replaced")
+                self._base[key] = (deps, base)
+                self._claims.looked_up(key, _claim_names(key, found))
+                if found_rv == "" or not all_rv or (claim is not None and not claim.resource_version):
+                    self._volatile.add(key)
+                else:
+                    self._volatile.discard(key)
             else:
-                gang = gang_view(key, found, pods, claims, by_ref, pols, our_checks, cq_checks, settings)
-                gang = replace(gang, hostnames=hostnames)
-                stuck = vanished.stranded(gang.pods, live)
-                if stuck and not gang.waiting_for:  # decided again once their owners have replaced them
-                    gang = replace(gang, waiting_for=f"{len(stuck)} pod(s) pinned to vanished nodes to be replaced")
-            cached_gangs[key] = (deps, gang)
+                base = self._base[key][1]
+            gang = base
             if gang.pending:  # only a decision needs it; placed gangs keep the nodes they have
                 # Pods we already pinned (a gang decided again after a node vanished) carry our old decision's
                 # affinity, not constraints of their own: the gated ones speak for the gang.
                 waiting = tuple(p for p in gang.pods if p.gated) or gang.pods
                 gang = replace(gang, nodes=eligibility.eligible_nodes(
                     inputs.nodes, member_specs(key, found, waiting, flavors), memo))
-            gangs.append(gang)
-        self._gangs = cached_gangs
+                self._pending.add(key)
+            else:
+                self._pending.discard(key)
+            if gang is not old:
+                seen.add(key)
+                if old is None:
+                    reorder = True
+                else:
+                    changed_claims |= self._unclaim(key, old)
+                self._views[key] = gang
+                if gang.claim is not None and not gang.finished:
+                    self._claimed.setdefault(gang.claim.key, set()).add(key)
+                    changed_claims.add(gang.claim.key)
+        if reorder:
+            self._order = sorted(self._views, key=lambda k: (k.namespace, k.kind, k.name))  # GangKey's order, faster
+        if seen or reorder:
+            self._gangs = tuple(map(self._views.__getitem__, self._order))
+        gangs = self._gangs
 
-        claimed = {g.claim.key for g in gangs if g.claim is not None and not g.finished}
-        orphans = tuple(c for c in sorted(claims.values(), key=lambda c: c.key) if c.placed and c.key not in claimed)
-        allocatable, free = self._free_gpus(inputs, gangs, net.topology.nodes, None if full else changed)
-        return World(net.topology, net.source, allocatable, free, tuple(gangs), orphans, claims, pols, our_checks,
-                     tuple(inputs.admission_checks), tuple(warnings))
+        orphans = self._orphaned(changed_claims, claims)
+        if full:
+            index = net.topology.node_index
+            self._taints = {objects.name(n): _taints(n) for n in inputs.nodes if objects.name(n) in index}
+        allocatable, free = self._gpus.update(inputs, net.topology.node_index, self._views, seen,
+                                              None if full else changed)
+        self._serial += 1
+        return World(net.topology, net.source, allocatable, free, gangs, orphans, dict(claims), pols, our_checks,
+                     tuple(inputs.admission_checks), tuple(warnings), serial=self._serial,
+                     changed=frozenset(seen) if self._serial > 1 else None, index=dict(self._views),
+                     pending=frozenset(self._pending))
+
+    def _listed(self, key: GangKey, found: JSON | None, our_checks: frozenset[str],
+                cq_checks: Mapping[str, frozenset[str]]) -> bool:
+        """Whether ``key`` is a gang of this cycle: it has pods, or is a Workload held by our AdmissionCheck, or a
+        PodGroup decided before Volcano creates its pods, or a claim names it and its object exists (placed gangs
+        whose pods are gone still need their claims looked after)."""
+        if key in self._sorted:
+            return True
+        if key.kind == WORKLOAD and found is not None and workload_check(found, our_checks, cq_checks) is not None:
+            return True
+        if key.kind == PODGROUP and found is not None and decidable_before_pods(found):
+            return True
+        return key.kind in (PODGROUP, WORKLOAD) and found is not None and key in self._claims.by_ref
+
+    def _forget(self, key: GangKey, old: GangView) -> set[_Key]:
+        del self._views[key]
+        self._base.pop(key, None)
+        self._volatile.discard(key)
+        self._pending.discard(key)
+        self._claims.looked_up(key, ())
+        return self._unclaim(key, old)
+
+    def _unclaim(self, key: GangKey, old: GangView) -> set[_Key]:
+        """Drop ``old`` from the gangs its claim records; the claim to judge again (as an orphan)."""
+        if old.claim is None or old.finished:
+            return set()
+        users = self._claimed.get(old.claim.key)
+        if users is not None:
+            users.discard(key)
+            if not users:
+                del self._claimed[old.claim.key]
+        return {old.claim.key}
+
+    def _orphaned(self, keys: set[_Key], claims: Mapping[_Key, ClaimView]) -> tuple[ClaimView, ...]:
+        """Claims holding nodes that no unfinished gang records, judged again only for the claims in ``keys``."""
+        current = {c.key: c for c in self._orphans}
+        moved = False
+        for k in keys:
+            claim = claims.get(k)
+            if claim is not None and claim.placed and k not in self._claimed:
+                moved = moved or current.get(k) is not claim
+                current[k] = claim
+            elif current.pop(k, None) is not None:
+                moved = True
+        if moved:
+            self._orphans = tuple(current[k] for k in sorted(current))
+        return self._orphans
 
     def _pod_entry(self, pod: JSON, hit: tuple[str, int, GangKey | None, PodView | None] | None,
                    rv: str) -> tuple[str, int, GangKey | None, PodView | None]:
@@ -313,79 +394,36 @@ class Observer:
             self._pols_generation += 1
         return self._pols[1]
 
-    def _free_gpus(self, inputs: Inputs, gangs: Sequence[GangView], names: Sequence[str],
-                   changed: Changed | None) -> tuple[tuple[int, ...], tuple[int, ...]]:
-        """:func:`free_gpus`, reading only the nodes and pods that changed (all of them without ``changed``)."""
-        resource = self.settings.gpu_resource
-        index = self._net.topology.node_index if self._net is not None else {n: i for i, n in enumerate(names)}
-        if changed is None:
-            self._alloc, self._usable = [0] * len(names), [True] * len(names)
-            cached_nodes: dict[str, tuple[str, int, bool]] = {}
-            taints: dict[str, str] = {}
-            for node_obj in inputs.nodes:
-                _, name, rv = _ident(node_obj)
-                i = index.get(name)
-                if i is None:
-                    continue
-                node_hit = self._nodes.get(name)
-                if node_hit is None or not rv or node_hit[0] != rv:
-                    node_hit = (rv, *node_gpus(node_obj, resource))
-                if rv:
-                    cached_nodes[name] = node_hit
-                self._alloc[i], self._usable[i] = node_hit[1], node_hit[2]
-                taints[name] = _taints(node_obj)
-            self._nodes, self._taints = cached_nodes, taints
-            self._walk_usage(inputs, index)
-        else:
-            for name, changed_node in changed.nodes.items():
-                i = index.get(name)
-                if i is None or changed_node is None:
-                    continue
-                rv = objects.resource_version(changed_node)
-                node_hit = (rv, *node_gpus(changed_node, resource))
-                self._nodes[name] = node_hit
-                self._alloc[i], self._usable[i] = node_hit[1], node_hit[2]
-            for pk, (managed, bound) in changed.pods.items():
-                old = self._contrib.pop(pk, None)
-                if old is not None:
-                    self._pod_used[old[0]] -= old[1]
-                new = pod_usage(bound, index, resource) or pod_usage(managed, index, resource)
-                if new is not None:
-                    self._contrib[pk] = new
-                    self._pod_used[new[0]] += new[1]
-        used = list(self._pod_used)
-        self._reserve(used, index, gangs)
-        free = tuple(max(0, a - u) if ok else 0 for a, u, ok in zip(self._alloc, used, self._usable))
-        return tuple(self._alloc), free
+def _objects(kept: dict[_Key, JSON], kind: str, objs: Sequence[JSON],
+             changed: Mapping[_Key, JSON | None] | None) -> set[GangKey]:
+    """Keep ``kept`` (PodGroups or Workloads by key) current; the gangs whose object changed."""
+    if changed is not None:
+        for k, obj in changed.items():
+            if obj is None:
+                kept.pop(k, None)
+            else:
+                kept[k] = obj
+        return {GangKey(ns, kind, name) for ns, name in changed}
+    fresh = {}
+    dirty = set()
+    for obj in objs:
+        ns, name, rv = _ident(obj)
+        fresh[(ns, name)] = obj
+        old = kept.get((ns, name))
+        if old is None or not rv or objects.resource_version(old) != rv:
+            dirty.add(GangKey(ns, kind, name))
+    dirty.update(GangKey(ns, kind, name) for ns, name in kept.keys() - fresh.keys())
+    kept.clear()
+    kept.update(fresh)
+    return dirty
 
-    def _walk_usage(self, inputs: Inputs, index: Mapping[str, int]) -> None:
-        resource = self.settings.gpu_resource
-        contrib: dict[_Key, tuple[int, int]] = {}
-        used = [0] * len(index)
-        for pod in [*inputs.bound_pods, *inputs.pods]:
-            ns, name, _ = _ident(pod)
-            k = (ns, name)
-            if k in contrib:
-                continue
-            c = pod_usage(pod, index, resource)
-            if c is not None:
-                contrib[k] = c
-                used[c[0]] += c[1]
-        self._contrib, self._pod_used = contrib, used
 
-    def _reserve(self, used: list[int], index: Mapping[str, int], gangs: Sequence[GangView]) -> None:
-        """:func:`_reserve`, each gang's share worked out again only when its view changed."""
-        kept: dict[GangKey, tuple[GangView, tuple[tuple[int, int], ...]]] = {}
-        for gang in gangs:
-            if not gang.placed or gang.finished or gang.claim is None:
-                continue
-            hit = self._reserved.get(gang.key)
-            if hit is None or hit[0] is not gang:
-                hit = (gang, reservation(gang, index))
-            kept[gang.key] = hit
-            for i, amount in hit[1]:
-                used[i] += amount
-        self._reserved = kept
+def _claim_names(key: GangKey, obj: JSON | None) -> tuple[_Key, ...]:
+    """The claims ``gangs.find_claim`` may look ``key`` up by name: the one its object names, then the derived ones."""
+    named = objects.annotations_of(obj).get(api.CLAIM) if obj is not None else None
+    names = [str(named)] if named else []
+    names += [claim_name_for(key), claim_name_for(GangKey(key.namespace, key.kind, key.name + "-gang"))]
+    return tuple((key.namespace, n) for n in names)
 
 
 def _taints(node: Mapping[str, Any]) -> str:

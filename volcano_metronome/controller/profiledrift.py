@@ -27,7 +27,7 @@ from typing import Any, Mapping, Sequence
 
 from volcano_metronome.controller import objects, reconcile
 from volcano_metronome.controller.metrics import Metrics
-from volcano_metronome.controller.observe import ClaimView, GangView, World
+from volcano_metronome.controller.views import ClaimView, GangKey, GangView, World
 from volcano_metronome.controller.reconcile import ClaimStatus, Event, GangWrites, Plan
 from volcano_metronome.controller.settings import Settings
 from volcano_metronome.core.errors import InvalidInput
@@ -175,59 +175,139 @@ def _adopted(claim: ClaimView) -> Profile | None:
 
 def assess(world: World, queue_policies: Sequence[Mapping[str, Any]], settings: Settings, now_s: float) -> Assessment:
     """Compare every placed gang's measured profile with its declared one (see the module docstring)."""
-    warnings: list[str] = []
-    pols: dict[str, ProfilePolicy] = {}
-    for obj in queue_policies:
-        try:
-            pols[objects.name(obj)] = profile_policy(obj)
-        except InvalidInput as exc:
-            warnings.append(str(exc))
-    gangs: list[GangView] = []
-    changes: dict[str, ClaimChange] = {}
-    replan: set[str] = set()
-    adopted: list[str] = []
-    drifted = 0
-    for gang in world.gangs:
-        claim = gang.claim
-        if not gang.placed or gang.finished or claim is None or gang.profile is None:
-            gangs.append(gang)
-            continue
-        pol = pols.get(gang.policy, ProfilePolicy())
-        try:
-            measured = measured_profile(claim)
-        except InvalidInput as exc:
-            warnings.append(str(exc))
-            measured = None
-        if measured is not None:  # timing is measured, the traffic pattern is not: the declared collective stands
-            measured = dataclasses.replace(measured, collective=gang.profile.collective)
-        what = moved(gang.profile, measured, pol.tolerance) if measured is not None else ()
-        drifted += bool(what)
-        change = _condition(gang, claim, measured, what, pol, settings)
-        plan_with, fields = gang.profile, {}
-        current = _adopted(claim)
-        if pol.mode == ADOPT and what and measured is not None:
-            if current is None or moved(current, measured, pol.tolerance):
-                try:
-                    fields = {**_repoint(claim, measured, settings, now_s),
-                              "adoptedProfile": objects.profile_to_spec(measured)}
-                except InvalidInput as exc:  # e.g. a period beyond the hyperperiod cap: keep the declared one
-                    warnings.append(f"gang {gang.key}: measured profile not adopted: {exc}")
-                else:
-                    plan_with = measured
-                    adopted.append(str(gang.key))
-                    replan.add(gang.policy)
+    return Drift().assess(world, queue_policies, settings, now_s)
+
+
+@dataclass(frozen=True)
+class _Result:
+    """What the pass makes of one gang: the gang to plan with, and what to write and say about it."""
+
+    planned: GangView
+    change: ClaimChange | None = None
+    drifted: bool = False
+    adopted: bool = False
+    replan: bool = False
+    warnings: tuple[str, ...] = ()
+
+    @property
+    def steady(self) -> bool:
+        """Nothing to write or say: the same gang gives the same result next cycle (no clock involved)."""
+        return self.change is None and not self.adopted and not self.replan and not self.warnings
+
+
+class Drift:
+    """:func:`assess` kept from cycle to cycle: a gang is assessed again only when its view changed
+    (``World.changed``: its claim's measured or adopted profile, its declared profile or its policy), when
+    the QueuePolicies' drift settings changed, or while it has something to write or say."""
+
+    def __init__(self) -> None:
+        self._serial = -1
+        self._pols: Mapping[str, ProfilePolicy] | None = None
+        self._results: dict[GangKey, _Result] = {}
+        self._active: set[GangKey] = set()  # gangs whose result is not steady: assessed every cycle
+        self._replaced: dict[GangKey, GangView] = {}  # gangs planned with another view than the observed one
+        self._drifted = 0
+
+    def assess(self, world: World, queue_policies: Sequence[Mapping[str, Any]], settings: Settings,
+               now_s: float) -> Assessment:
+        """:func:`assess`, reworking only what changed since the world before (see the class docstring)."""
+        warnings: list[str] = []
+        pols: dict[str, ProfilePolicy] = {}
+        for obj in queue_policies:
+            try:
+                pols[objects.name(obj)] = profile_policy(obj)
+            except InvalidInput as exc:
+                warnings.append(str(exc))
+        full = world.changed is None or world.serial != self._serial + 1 or pols != self._pols
+        self._serial, self._pols = world.serial, pols
+        index = world.index if world.index or not world.gangs else {g.key: g for g in world.gangs}
+        if full:
+            self._results, self._active, self._replaced, self._drifted = {}, set(), {}, 0
+            keys: Sequence[GangKey] = list(index)
+        else:
+            assert world.changed is not None
+            keys = list(world.changed | self._active)
+        moved_keys: set[GangKey] = set()
+        for key in keys:
+            old = self._results.pop(key, None)
+            if old is not None:
+                self._drifted -= old.drifted
+            gang = index.get(key)
+            if gang is None:
+                self._active.discard(key)
+                self._replaced.pop(key, None)
+                continue
+            r = _assess_one(gang, pols, settings, now_s)
+            self._results[key] = r
+            self._drifted += r.drifted
+            (self._active.discard if r.steady else self._active.add)(key)
+            if r.planned is gang:
+                self._replaced.pop(key, None)
             else:
-                plan_with = current
-        elif current is not None:  # back within tolerance, or no longer adopting: the declared profile again
-            fields = {**_repoint(claim, gang.profile, settings, now_s), "adoptedProfile": None}
-            replan.add(gang.policy)
-        if fields or change is not None:
-            events = change[1] if change is not None else ()
-            cond = change[0] if change is not None else None
-            changes[str(gang.key)] = ClaimChange(claim, fields, cond, events)
-        gangs.append(_planned(gang, plan_with, fields))
-    new_world = dataclasses.replace(world, gangs=tuple(gangs))
-    return Assessment(new_world, frozenset(replan), changes, drifted, tuple(adopted), tuple(warnings), now_s)
+                self._replaced[key] = r.planned
+            if old is None or old.planned is not r.planned:
+                moved_keys.add(key)
+        changes: dict[str, ClaimChange] = {}
+        replan: set[str] = set()
+        adopted: list[str] = []
+        for key in sorted(self._active):  # the gangs' order (GangKey's), as a pass over world.gangs meets them
+            r = self._results[key]
+            warnings.extend(r.warnings)
+            if r.change is not None:
+                changes[str(key)] = r.change
+            if r.adopted:
+                adopted.append(str(key))
+            if r.replan:
+                replan.add(r.planned.policy)
+        new_world = world
+        if self._replaced or moved_keys:  # the world to plan with; what changed in it since the last one planned
+            replaced = self._replaced
+            new_world = dataclasses.replace(
+                world, gangs=tuple(replaced.get(g.key, g) for g in world.gangs) if replaced else world.gangs,
+                index={**index, **replaced} if replaced else index,
+                changed=None if world.changed is None or full else world.changed | moved_keys)
+        return Assessment(new_world, frozenset(replan), changes, self._drifted, tuple(adopted), tuple(warnings), now_s)
+
+
+def _assess_one(gang: GangView, pols: Mapping[str, ProfilePolicy], settings: Settings, now_s: float) -> _Result:
+    claim = gang.claim
+    if not gang.placed or gang.finished or claim is None or gang.profile is None:
+        return _Result(gang)
+    warnings: list[str] = []
+    pol = pols.get(gang.policy, ProfilePolicy())
+    try:
+        measured = measured_profile(claim)
+    except InvalidInput as exc:
+        warnings.append(str(exc))
+        measured = None
+    if measured is not None:  # timing is measured, the traffic pattern is not: the declared collective stands
+        measured = dataclasses.replace(measured, collective=gang.profile.collective)
+    what = moved(gang.profile, measured, pol.tolerance) if measured is not None else ()
+    change = _condition(gang, claim, measured, what, pol, settings)
+    plan_with, fields = gang.profile, {}
+    current = _adopted(claim)
+    adopted = replan = False
+    if pol.mode == ADOPT and what and measured is not None:
+        if current is None or moved(current, measured, pol.tolerance):
+            try:
+                fields = {**_repoint(claim, measured, settings, now_s),
+                          "adoptedProfile": objects.profile_to_spec(measured)}
+            except InvalidInput as exc:  # e.g. a period beyond the hyperperiod cap: keep the declared one
+                warnings.append(f"gang {gang.key}: measured profile not adopted: {exc}")
+            else:
+                plan_with = measured
+                adopted = replan = True
+        else:
+            plan_with = current
+    elif current is not None:  # back within tolerance, or no longer adopting: the declared profile again
+        fields = {**_repoint(claim, gang.profile, settings, now_s), "adoptedProfile": None}
+        replan = True
+    claim_change = None
+    if fields or change is not None:
+        events = change[1] if change is not None else ()
+        cond = change[0] if change is not None else None
+        claim_change = ClaimChange(claim, fields, cond, events)
+    return _Result(_planned(gang, plan_with, fields), claim_change, bool(what), adopted, replan, tuple(warnings))
 
 
 def _condition(gang: GangView, claim: ClaimView, measured: Profile | None, what: tuple[str, ...], pol: ProfilePolicy,

@@ -38,6 +38,7 @@ new offset takes effect there.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 from typing import Any, Mapping, Sequence
 
@@ -45,6 +46,7 @@ import numpy as np
 
 from volcano_metronome import api
 from volcano_metronome.controller import objects, ranks, statuses, vanished
+from volcano_metronome.controller.quiet import Quiet, share_of
 from volcano_metronome.controller.epochs import epoch_at_or_after, epoch_at_or_before, epoch_step_ms
 from volcano_metronome.controller.constraints import assign
 from volcano_metronome.controller.objects import JSON
@@ -75,18 +77,6 @@ PER_POD, CACHE_RISK, SHARED_PER_ROLE = "PerPodConstraints", "VolcanoPredicateErr
 
 
 # ------------------------------------------------------------------------------------------- planning
-class Quiet:
-    """Placed gangs whose last plan wrote nothing, with the view and network it was planned from.
-
-    Planning such a gang again from the same view, on the same network, with no decision, move, lock
-    or unlock for it, writes nothing again (the writes are differences, and none depends on the clock
-    unless something is written): a cycle skips it. Kept by the caller from cycle to cycle.
-    """
-
-    def __init__(self) -> None:
-        self.gangs: dict[GangKey, tuple[GangView, Topology, bool]] = {}  # -> (view, network, drifted)
-
-
 def plan(world: World, decided: Decided, settings: Settings, now_s: float,
          reoptimised: Reoptimised = Reoptimised(), reported: Mapping[str, str] = {}, quiet: Quiet | None = None) -> Plan:
     """The writes that bring the cluster in line with the world and this cycle's decisions.
@@ -99,25 +89,46 @@ def plan(world: World, decided: Decided, settings: Settings, now_s: float,
     moved = {m.uid: m for m in moves}
     unlocks = set(reoptimised.unlocks)
     named = {u for r in decided.results.values() if isinstance(r, Decision) for u in r.locks}
-    keys = {g.uid: str(g.key) for g in world.gangs if g.uid in named or g.uid in decided.locks.values()}
     live = frozenset(world.topology.nodes)
+    index = world.index if world.index or not world.gangs else {g.key: g for g in world.gangs}
+    q = quiet if quiet is not None else Quiet()
+    gangs: Sequence[GangView]
+    if world.changed is not None and world.serial == q.serial + 1 and all(
+            hit[1] is world.topology for hit in itertools.islice(q.gangs.values(), 1)):
+        for key in world.changed:
+            q.index(key, index.get(key))
+        involved = {*decided.results, *moved, *unlocks, *decided.locks, *decided.relocations, *named,
+                    *decided.locks.values()}
+        visit = q.loud | world.changed | {k for u in involved for k in q.uids.get(u, ())}
+        for key in visit:
+            q.drop(key)
+        gangs = [index[k] for k in sorted(visit) if k in index]  # GangKey's order: world.gangs'
+    else:  # every gang visited; the quiet ones still skipped (their kept views are the ones checked)
+        kept = q.gangs
+        q.__init__()  # type: ignore[misc]
+        q.gangs = kept
+        for gang in world.gangs:
+            q.index(gang.key, gang)
+        gangs = world.gangs
+    q.serial = world.serial
+    keys = {index[k].uid: str(k) for u in named | set(decided.locks.values()) for k in q.uids.get(u, ()) if k in index}
     gang_writes: list[GangWrites] = []
-    still: dict[GangKey, tuple[GangView, Topology, bool]] = {}
-    drifted = 0
-    for gang in world.gangs:
+    loud: set[GangKey] = set()
+    drifted = pending = placed = 0
+    counts: dict[str, list[int]] = {}
+    for gang in gangs:
         uid = gang.uid
         result = decided.results.get(uid)
         calm = quiet is not None and result is None and uid not in moved and uid not in unlocks and (
             uid not in decided.locks and uid not in decided.relocations)
-        if calm and quiet is not None:
-            hit = quiet.gangs.get(gang.key)
-            if hit is not None and hit[0] is gang and hit[1] is world.topology:
-                still[gang.key] = hit
-                drifted += hit[2]
-                continue
+        share = share_of(gang, isinstance(result, Decision))
+        hit = q.gangs.pop(gang.key, None)
+        if calm and hit is not None and hit[0] is gang and hit[1] is world.topology:
+            q.keep(gang.key, hit, share)
+            continue
         drift = gang.placed and not gang.finished and gang.claim is not None and bool(drift_message(gang.claim,
                                                                                                     gang.pods))
-        drifted += drift
+        cacheable = True
         if gang.finished:
             w = _release(gang.claim, gang, now_s)
         elif (lost := vanished.loss(gang, live)) is not None:
@@ -137,28 +148,42 @@ def plan(world: World, decided: Decided, settings: Settings, now_s: float,
                 move, why = Move(gang.uid, slots, slots, offset_ms), f"moved to lock with {keys.get(decided.locks[gang.uid], 'a new gang')}"
             w = _follow(gang, gang.claim, move, settings, now_s, now_ms, lock=lock,
                         unlock=gang.uid in unlocks and not lock, why=why)
-            if calm and not w:
-                still[gang.key] = (gang, world.topology, drift)
         elif not gang.placed and gang.profile is None and not gang.waiting_for:
             w = _no_fit(gang, gang.profile_error, world, now_s, reported)
+            cacheable = False  # whether it never fits depends on the cluster's GPUs, not on its view alone
         else:
+            w = GangWrites(str(gang.key))  # waiting for its pods or its object: nothing to write
+        if calm and cacheable and not w:
+            q.keep(gang.key, (gang, world.topology, drift), share)
             continue
+        loud.add(gang.key)
+        drifted += drift
+        pending += share.pending
+        placed += share.placed
+        count = counts.setdefault(share.policy, [0, 0])
+        count[0] += share.governed
+        count[1] += share.governing_placed
         if w:
             gang_writes.append(w)
+    q.loud = loud
+    if gangs is world.gangs:  # gangs no longer in the world are no longer quiet
+        for key in [k for k in q.gangs if k not in index]:
+            del q.gangs[key]
+    released = {g.claim.key for g in world.gangs if g.finished and g.claim is not None} if world.orphans else set()
     for claim in world.orphans:
-        if any(g.finished and g.claim is not None and g.claim.key == claim.key for g in world.gangs):
+        if claim.key in released:
             continue  # released above with its gang
         w = _release(claim, None, now_s)
         if w:
             gang_writes.append(w)
-    other = statuses.admission_checks_active(world, now_s) + statuses.policy_statuses(world, decided, now_s)
-    pending = sum(1 for g in world.gangs if g.pending and not isinstance(decided.results.get(g.uid), Decision))
-    placed = sum(1 for g in world.gangs if (g.placed and not g.finished) or isinstance(decided.results.get(g.uid),
-                                                                                       Decision))
-    if quiet is not None:
-        quiet.gangs = still
-    return Plan(tuple(gang_writes), tuple(other), tuple(decided.results.values()), tuple(moves), pending, placed,
-                drifted)
+    for name, c in q.counts.items():
+        count = counts.setdefault(name, [0, 0])
+        count[0] += c[0]
+        count[1] += c[1]
+    other = statuses.admission_checks_active(world, now_s) + statuses.policy_statuses(
+        world, decided, now_s, {name: (c[0], c[1]) for name, c in counts.items()})
+    return Plan(tuple(gang_writes), tuple(other), tuple(decided.results.values()), tuple(moves),
+                pending + q.totals[0], placed + q.totals[1], drifted + q.totals[2])
 
 
 def regarding(gang: GangView) -> JSON:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Mapping
+
 from volcano_metronome import api
 from volcano_metronome.controller import objects
 from volcano_metronome.controller.deciding import Decided
@@ -24,13 +26,19 @@ def admission_checks_active(world: World, now_s: float) -> list[StatusPatch]:
     return out
 
 
-def policy_statuses(world: World, decided: Decided, now_s: float) -> list[StatusPatch]:
-    """Each QueuePolicy's status: generation seen, pending and placed gangs, Ready."""
+def policy_statuses(world: World, decided: Decided, now_s: float,
+                    counts: Mapping[str, tuple[int, int]] | None = None) -> list[StatusPatch]:
+    """Each QueuePolicy's status: generation seen, pending and placed gangs, Ready (``counts``: QueuePolicy ->
+    its unfinished gangs and the placed ones among them, when the caller keeps them)."""
     out = []
     for view in world.policies:
-        governed = [g for g in world.gangs if g.policy == view.name and not g.finished]
-        placed = sum(1 for g in governed if g.placed or isinstance(decided.results.get(g.uid), Decision))
-        pending = len(governed) - placed
+        if counts is not None:
+            governing, placed = counts.get(view.name, (0, 0))
+        else:
+            governed = [g for g in world.gangs if g.policy == view.name and not g.finished]
+            governing = len(governed)
+            placed = sum(1 for g in governed if g.placed or isinstance(decided.results.get(g.uid), Decision))
+        pending = governing - placed
         out_status = policy_status(view, pending, placed, now_s)
         if out_status is not None:
             out.append(out_status)

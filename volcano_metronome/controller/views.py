@@ -154,11 +154,16 @@ class Changed:
     """What the informers reported since the last cycle: the current objects under every changed key.
 
     ``pods``: (namespace, name) -> (the managed pod, the bound pod), None where that store no longer holds
-    it; ``nodes``: name -> the node, None when deleted. The Observer reads only these between full builds.
+    it; ``nodes``: name -> the node, None when deleted; ``claims``, ``podgroups``, ``workloads``:
+    (namespace, name) -> the object, None when deleted (the whole mapping None: not tracked, every object is
+    read). The Observer reads only these between full builds.
     """
 
     pods: Mapping[tuple[str, str], tuple[JSON | None, JSON | None]] = field(default_factory=dict)
     nodes: Mapping[str, JSON | None] = field(default_factory=dict)
+    claims: Mapping[tuple[str, str], JSON | None] | None = None
+    podgroups: Mapping[tuple[str, str], JSON | None] | None = None
+    workloads: Mapping[tuple[str, str], JSON | None] | None = None
 
 
 @dataclass(frozen=True)
@@ -195,6 +200,19 @@ class World:
     our_checks: frozenset[str]
     admission_checks: tuple[JSON, ...]
     warnings: tuple[str, ...] = ()
+    # Which Observer world this is (1, 2, ... per Observer) and the gangs whose view differs from world
+    # ``serial - 1``'s (added and removed ones included); None: unknown, treat every gang as changed. Kept
+    # state downstream (running loads, drift, the plan) reworks only these when it saw the world before.
+    serial: int = field(default=0, compare=False)
+    changed: frozenset[GangKey] | None = field(default=None, compare=False, repr=False)
+    index: Mapping[GangKey, GangView] = field(default_factory=dict, compare=False, repr=False)  # gangs by key
+    pending: frozenset[GangKey] | None = field(default=None, compare=False, repr=False)  # keys of the pending gangs
+
+    def pending_gangs(self) -> list[GangView]:
+        """The gangs to decide, in the gangs' order (from :attr:`pending` when the Observer listed them)."""
+        if self.pending is None or not self.index:
+            return [g for g in self.gangs if g.pending]
+        return [self.index[k] for k in sorted(self.pending) if self.index[k].pending]
 
     def running(self) -> tuple[Running, ...]:
         """Gangs holding nodes (placed claims, orphans included until released) as the core's values."""

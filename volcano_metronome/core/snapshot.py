@@ -5,7 +5,10 @@ place as the cycle assumes decisions, so that each decision sees the ones before
 I/O and no clock; callers own its lifetime.
 
 Loads are whole Mbps in an ``int32`` array of ``links x hyperperiod`` slots; the hyperperiod is the
-least common multiple of the periods of the gangs present, which divides the grid's cap.
+least common multiple of the periods of the gangs present, which divides the grid's cap. The array is
+the first ``hyperperiod`` columns of a wider one that repeats with the hyperperiod (as wide as the longest
+hyperperiod seen), so the hyperperiod shrinks when a period's last gang leaves and grows back when one
+arrives without copying every link's loads each time.
 """
 
 from __future__ import annotations
@@ -50,12 +53,17 @@ class Snapshot:
         self.grid = grid
         self.free_gpus = np.asarray(free_gpus, dtype=np.int64).copy()
         self.hyperperiod = 1
-        self.load = np.zeros((len(topology.links), 1), dtype=np.int32)
+        self._wide = np.zeros((len(topology.links), 1), dtype=np.int32)  # repeats with the hyperperiod
+        self.load = self._wide[:, :1]
         self.link_mean = np.zeros(len(topology.links))
         # Sum of the peak rates of the gangs on each link: when it fits the capacity, no phase of theirs can collide.
         self.link_peaks = np.zeros(len(topology.links), dtype=np.int64)
         self.placed: dict[str, Placed] = {}
         self._link_gangs: dict[int, set[str]] = {}
+        self._periods: dict[int, int] = {}  # pattern length in slots -> how many placed gangs have it
+        # While a dict: each gang's Placed (None: absent) before its first change since, so that a caller keeping
+        # the snapshot across cycles can undo a cycle's changes in proportion to them (:meth:`rollback`).
+        self.touched: dict[str, Placed | None] | None = None
 
     @classmethod
     def build(cls, state: ClusterState, grid: SlotGrid) -> "Snapshot":
@@ -103,10 +111,12 @@ class Snapshot:
         links, multiplier = loaded_links(self.topology, nodes, members, gang.profile.collective)
         placed = Placed(gang, pattern, nodes, members, links, multiplier, offset % pattern.slots, hold_gpus, locked)
         self._grow(math.lcm(self.hyperperiod, pattern.slots))
+        self._note(gang.uid)
         self._apply(placed, +1)
         if hold_gpus:
             self.free_gpus[nodes] -= members * gang.gpus_per_member
         self.placed[gang.uid] = placed
+        self._periods[placed.pattern.slots] = self._periods.get(placed.pattern.slots, 0) + 1
         for link in links:
             self._link_gangs.setdefault(int(link), set()).add(gang.uid)
         return placed
@@ -134,10 +144,12 @@ class Snapshot:
 
     def lock(self, uid: str) -> None:
         """Mark a gang's offset as binding (its runtime aligns from now on)."""
+        self._note(uid)
         self.placed[uid] = dataclasses.replace(self.placed[uid], locked=True)
 
     def unlock(self, uid: str) -> None:
         """Mark a gang's offset as provisional again (its runtime runs free)."""
+        self._note(uid)
         self.placed[uid] = dataclasses.replace(self.placed[uid], locked=False)
 
     def unlockable(self) -> list[str]:
@@ -147,7 +159,13 @@ class Snapshot:
 
     def forget(self, uid: str) -> Placed:
         """Remove a gang's load (and give back its GPUs if it took them)."""
+        self._note(uid)
         placed = self.placed.pop(uid)
+        left = self._periods[placed.pattern.slots] - 1
+        if left:
+            self._periods[placed.pattern.slots] = left
+        else:
+            del self._periods[placed.pattern.slots]
         self._apply(placed, -1)
         if placed.holds_gpus:
             self.free_gpus[placed.nodes] += placed.members * placed.gang.gpus_per_member
@@ -155,11 +173,29 @@ class Snapshot:
             self._link_gangs[int(link)].discard(uid)
         return placed
 
+    def _note(self, uid: str) -> None:
+        if self.touched is not None and uid not in self.touched:
+            self.touched[uid] = self.placed.get(uid)
+
+    def rollback(self) -> None:
+        """Undo every change since :attr:`touched` was set to ``{}`` (assumes, forgets, locks), then stop noting."""
+        touched, self.touched = self.touched or {}, None
+        for uid, before in touched.items():
+            current = self.placed.get(uid)
+            if current is before:
+                continue
+            if current is not None:
+                self.forget(uid)
+            if before is not None:
+                self.assume(before.gang, before.nodes, before.members, before.offset, before.pattern,
+                            before.holds_gpus, before.locked)
+        self.fold()
+
     def _apply(self, placed: Placed, sign: int) -> None:
         if not len(placed.links):
             return
-        row = placed.row(self.hyperperiod)
-        self.load[placed.links] += (sign * scaled(placed.multiplier[:, None], row[None, :])).astype(np.int32)
+        row = placed.row(self._wide.shape[1])
+        self._wide[placed.links] += (sign * scaled(placed.multiplier[:, None], row[None, :])).astype(np.int32)
         # From the whole-number loads, not accumulated: any history of assumes and forgets that leaves the same
         # loads leaves the same means, to the bit (a snapshot kept across cycles ranks candidates as a fresh one).
         self.link_mean[placed.links] = self.load[placed.links].sum(axis=1, dtype=np.int64) / self.hyperperiod
@@ -167,9 +203,9 @@ class Snapshot:
 
     def fold(self) -> None:
         """Shrink the hyperperiod to the least common multiple of the placed gangs' periods (after forgets)."""
-        span = math.lcm(1, *(p.pattern.slots for p in self.placed.values()))
+        span = math.lcm(1, *self._periods)
         if span < self.hyperperiod:  # every load row repeats with ``span``: its first ``span`` slots are exact
-            self.load = np.ascontiguousarray(self.load[:, :span])
+            self.load = self._wide[:, :span]
             self.hyperperiod = span
 
     def _grow(self, hyperperiod: int) -> None:
@@ -177,5 +213,8 @@ class Snapshot:
             return
         if hyperperiod > self.grid.max_hyperperiod_slots:
             raise InvalidInput("hyperperiod", hyperperiod, f"at most {self.grid.max_hyperperiod_slots} slots")
-        self.load = np.tile(self.load, (1, hyperperiod // self.hyperperiod))
+        wide = self._wide.shape[1]
+        if wide % hyperperiod:  # wider than ever: the loads repeat with the hyperperiod, so copies extend them
+            self._wide = np.tile(self._wide, (1, math.lcm(wide, hyperperiod) // wide))
+        self.load = self._wide[:, :hyperperiod]
         self.hyperperiod = hyperperiod

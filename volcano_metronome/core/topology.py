@@ -92,6 +92,11 @@ class Topology:
         return indptr, ids
 
     @cached_property
+    def shares_memo(self) -> dict[tuple[bytes, bytes | None, str], tuple[np.ndarray, np.ndarray]]:
+        """``core.traffic.loaded_links``'s answers for this topology (filled as they are asked for)."""
+        return {}
+
+    @cached_property
     def link_tiers(self) -> np.ndarray:
         """Tier of every link."""
         return np.array([link.tier for link in self.links], dtype=np.int64)
@@ -109,7 +114,7 @@ class Topology:
             out[tier] = (ids, self.domain_of(tier)[first])
         return out
 
-    @property
+    @cached_property  # read by every placement and ring order: a walk over every link each time cost ms
     def tiers(self) -> int:
         """Number of link tiers (0 = NIC, 1 = rack, ...)."""
         return 1 + max((link.tier for link in self.links), default=0)

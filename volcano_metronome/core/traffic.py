@@ -65,10 +65,28 @@ def link_shares(topology: Topology, nodes: np.ndarray, members: np.ndarray | Non
     return links[split], behind[split] * (size - behind[split]) / (size - 1.0)
 
 
+#: How many node sets :func:`loaded_links` remembers per topology (a cycle scores, locks and assumes the same ones).
+REMEMBERED = 4096
+
+
 def loaded_links(topology: Topology, nodes: np.ndarray, members: np.ndarray | None = None,
                  collective: str = RING) -> tuple[np.ndarray, np.ndarray]:
-    """Links loaded by a gang on ``nodes`` and the exact rate multiplier of each (1.0 everywhere under a ring)."""
-    return link_shares(topology, nodes, members, collective)
+    """Links loaded by a gang on ``nodes`` and the exact rate multiplier of each (1.0 everywhere under a ring).
+
+    Remembered per topology: the arrays returned are shared, hence read-only.
+    """
+    nodes = np.asarray(nodes, dtype=np.int64)
+    counts = None if members is None else np.asarray(members, dtype=np.int64)
+    key = (nodes.tobytes(), None if counts is None else counts.tobytes(), collective)
+    memo = topology.shares_memo
+    hit = memo.get(key)
+    if hit is None:
+        links, mult = link_shares(topology, nodes, counts, collective)
+        links.flags.writeable = mult.flags.writeable = False
+        if len(memo) >= REMEMBERED:
+            memo.clear()
+        hit = memo[key] = (links, mult)
+    return hit
 
 
 def scaled(multiplier: np.ndarray | float, rate: np.ndarray | int) -> np.ndarray:
