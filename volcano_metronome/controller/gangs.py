@@ -4,7 +4,6 @@ finished or may be decided now, and the state of our Kueue AdmissionCheck on its
 
 from __future__ import annotations
 
-import hashlib
 from typing import Any, Mapping, Sequence
 
 from volcano_metronome import api
@@ -14,6 +13,7 @@ from volcano_metronome.controller.queuepolicy import QueuePolicyView
 from volcano_metronome.controller.settings import Settings
 from volcano_metronome.core.errors import InvalidInput
 from volcano_metronome.core.profile import Profile
+from volcano_metronome.shapes.refs import claim_name
 from volcano_metronome.controller.views import (GANG_KINDS, PODGROUP, WORKLOAD, AdmissionCheckState, ClaimView, GangKey,
                                                 GangView, PodView)
 
@@ -103,12 +103,8 @@ def workload_check(workload: Mapping[str, Any], our_checks: frozenset[str],
 
 
 def claim_name_for(key: GangKey) -> str:
-    """The name of the claim the controller creates for a gang: ``<kind>-<name>``, hashed if too long."""
-    base = f"{key.kind.lower()}-{key.name}"
-    if len(base) <= 253:
-        return base
-    digest = hashlib.sha256(base.encode()).hexdigest()[:10]
-    return f"{base[:242]}-{digest}"
+    """The name of the claim the controller creates for a gang (the rule the webhook follows too)."""
+    return claim_name(key.kind, key.name)
 
 
 def find_claim(key: GangKey, obj: Mapping[str, Any] | None, claims: Mapping[tuple[str, str], ClaimView],
