@@ -1,12 +1,18 @@
-"""Assertions shared by the e2e tests: pods bound where the claim says, with the claim's timing."""
+"""What the e2e tests share: the Kueue set-up, and assertions (pods bound where the claim says, with its timing)."""
 
 from __future__ import annotations
 
+import pathlib
 from collections import Counter
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
+from tests.controller.cluster import wait_until
+from tests.e2e import manifests
+from tests.e2e.manifests import LAYOUT
 from volcano_metronome import api, kube
 from volcano_metronome.controller import objects
+from volcano_metronome.devtools.apply import ApiClient
+from volcano_metronome.devtools.stack import Stack
 
 JSON = dict[str, Any]
 
@@ -67,3 +73,20 @@ def held_claims(k: kube.Kube) -> list[str]:
 def created_gated(first_version: Mapping[str, Any]) -> bool:
     """The pod as created (its first recorded version) carried our scheduling gate."""
     return api.SCHEDULING_GATE in objects.gates(first_version)
+
+
+def set_up_kueue(stack: Stack, k: kube.Kube, upstream: pathlib.Path, logs: Callable[[], str]) -> None:
+    """Apply our AdmissionCheck and the upstream example's queues; return once the ClusterQueue is Active."""
+    apply = ApiClient.from_kubeconfig(stack.kubeconfig_path)
+    for obj in [manifests.admission_check(), *manifests.kueue_setup(upstream, gpus=LAYOUT.nodes * LAYOUT.gpus_per_node)]:
+        apply.apply(obj)
+    # Kueue keeps a ClusterQueue inactive until every AdmissionCheck it lists is Active, which our
+    # controller sets on the checks it owns.
+    wait_until(lambda: objects.condition_true(k.get(kube.CLUSTER_QUEUES, None, "cluster-queue") or {}, "Active"),
+               60, lambda: f"the ClusterQueue Active\n{logs()}")
+
+
+def check_state(workload: Mapping[str, Any]) -> str | None:
+    """The state of our AdmissionCheck on ``workload`` (Pending, Ready, Retry, Rejected), if listed."""
+    entries = (workload.get("status") or {}).get("admissionChecks") or []
+    return next((e.get("state") for e in entries if e.get("name") == manifests.CHECK_NAME), None)
