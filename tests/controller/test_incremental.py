@@ -16,12 +16,13 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings as hsettings, strategies as st
 
 from volcano_metronome import api
-from volcano_metronome.controller import deciding, objects
+from volcano_metronome.controller import deciding
 from volcano_metronome.controller.loads import RunningLoads
-from volcano_metronome.controller.observe import Inputs, Observer, observe
+from volcano_metronome.controller.observe import Observer, observe
+from volcano_metronome.controller.views import Changed, Inputs, World
 from volcano_metronome.controller.settings import Settings
-from volcano_metronome.controller.views import Changed, World
 from volcano_metronome.core.snapshot import Snapshot
+from volcano_metronome.shapes.profiles import profile_from_annotation, profile_to_spec
 
 JSON = dict[str, Any]
 SETTINGS = Settings()
@@ -97,7 +98,7 @@ def podgroup(gang: str, profile: int) -> JSON:
 
 
 def claim(gang: str, nodes: list[str], offset: int, locked: bool, profile: int, released: bool) -> JSON:
-    prof = objects.profile_to_spec(objects.profile_from_annotation(json.dumps(PROFILES[profile]), "test"))
+    prof = profile_to_spec(profile_from_annotation(json.dumps(PROFILES[profile]), "test"))
     status: JSON = {"nodes": nodes, "members": [1] * len(nodes), "offsetMs": offset,
                     "periodMs": PROFILES[profile]["period_ms"], "epoch": 0, "locked": locked}
     if released:

@@ -13,6 +13,7 @@ from volcano_metronome import api, kube
 from volcano_metronome.controller import objects
 from volcano_metronome.devtools.apply import ApiClient
 from volcano_metronome.devtools.stack import Stack
+from volcano_metronome.shapes.slots import number_text
 
 JSON = dict[str, Any]
 
@@ -38,9 +39,9 @@ def assert_bound_as_decided(pods: Iterable[Mapping[str, Any]], claim: Mapping[st
         pinned = objects.pinned_nodes(pod) or ()
         assert node in pinned, f"{objects.name(pod)}: affinity pins {pinned}, bound to {node}"
         annotations = objects.annotations_of(pod)
-        assert annotations[api.PERIOD_MS] == objects.number_text(status["periodMs"]), objects.name(pod)
+        assert annotations[api.PERIOD_MS] == number_text(status["periodMs"]), objects.name(pod)
         if status.get("locked", True):
-            assert annotations[api.OFFSET_MS] == objects.number_text(status["offsetMs"]), objects.name(pod)
+            assert annotations[api.OFFSET_MS] == number_text(status["offsetMs"]), objects.name(pod)
             assert annotations[api.EPOCH] == str(status["epoch"]), objects.name(pod)
         else:
             assert api.OFFSET_MS not in annotations and api.EPOCH not in annotations, objects.name(pod)

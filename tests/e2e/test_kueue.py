@@ -21,6 +21,7 @@ from tests.e2e.history import History
 from volcano_metronome import api, kube
 from volcano_metronome.controller import objects
 from volcano_metronome.devtools.stack import Stack
+from volcano_metronome.shapes.times import parse_time
 
 pytestmark = pytest.mark.upstream_examples("kueue")  # reads examples/kueue (tests/e2e/manifests.py)
 
@@ -80,7 +81,7 @@ def test_sample_job_is_held_by_our_check_then_admitted_placed_bound_and_timed(
     wait_until(lambda: len(job_pods()) == 3 and bound(job_pods()), 90, lambda: f"the Job's pods bound\n{logs()}")
     current = job_pods()
     # The Job controller created the pods only after Kueue admitted the Workload.
-    admitted_at = objects.parse_time(objects.condition(admitted, "Admitted")["lastTransitionTime"])  # type: ignore[index]
+    admitted_at = parse_time(objects.condition(admitted, "Admitted")["lastTransitionTime"])  # type: ignore[index]
     for pod in current:
         assert objects.created_s(pod) >= (admitted_at or 0), objects.name(pod)
         first = pods.first(lambda p: True, objects.name(pod))

@@ -20,7 +20,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_serv
 
 from volcano_metronome import kube, sampler
 from volcano_metronome.agent.owners import owner
-from volcano_metronome.controller.objects import format_time, profile_to_spec
+from volcano_metronome.shapes.times import format_time
+from volcano_metronome.shapes.profiles import profile_to_spec
 from volcano_metronome.core.errors import InvalidInput
 from volcano_metronome.profiling.fit import Fit, fit
 from volcano_metronome.profiling.trace import parse

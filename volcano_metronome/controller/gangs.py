@@ -8,7 +8,7 @@ from typing import Any, Mapping, Sequence
 
 from volcano_metronome import api
 from volcano_metronome.controller import objects, queuepolicy as policies
-from volcano_metronome.controller.objects import JSON
+from volcano_metronome.shapes import JSON
 from volcano_metronome.controller.queuepolicy import QueuePolicyView
 from volcano_metronome.controller.settings import Settings
 from volcano_metronome.core.errors import InvalidInput
@@ -16,6 +16,7 @@ from volcano_metronome.core.profile import Profile
 from volcano_metronome.shapes.refs import claim_name
 from volcano_metronome.controller.views import (GANG_KINDS, PODGROUP, WORKLOAD, AdmissionCheckState, ClaimView, GangKey,
                                                 GangView, PodView)
+from volcano_metronome.shapes.profiles import profile_from_annotation
 
 
 def member_specs(key: GangKey, obj: Mapping[str, Any] | None, pods: Sequence[PodView],
@@ -172,7 +173,7 @@ def _profile(key: GangKey, obj: Mapping[str, Any] | None, pods: Sequence[PodView
         text = ann.get(api.PROFILE)
         if text:
             try:
-                return objects.profile_from_annotation(text, f"{where}: annotation {api.PROFILE}"), ""
+                return profile_from_annotation(text, f"{where}: annotation {api.PROFILE}"), ""
             except InvalidInput as exc:
                 return None, str(exc)
     if claim is not None and claim.profile is not None:
