@@ -20,7 +20,7 @@ from tests.controller import builders as b
 from tests.controller.cluster import timing
 from tests.controller.fake import FakeApi
 from volcano_metronome import api, kube
-from volcano_metronome.controller import objects, reconcile
+from volcano_metronome.controller import deciding, objects
 from volcano_metronome.controller.loop import Controller
 from volcano_metronome.controller.observe import claim_view
 from volcano_metronome.controller.queuepolicy import parse
@@ -29,7 +29,7 @@ from volcano_metronome.controller.epochs import epoch_at_or_after, epoch_at_or_b
 from volcano_metronome.controller.settings import Settings
 from volcano_metronome.core.grid import SlotGrid
 from volcano_metronome.kube import Unavailable
-from volcano_metronome.controller.deciding import Decided, decide
+from volcano_metronome.controller.deciding import Decided
 from volcano_metronome.shapes.slots import number_text
 
 NS = "lock"
@@ -291,7 +291,7 @@ def test_a_gang_the_core_relocates_with_its_lock_gets_the_new_offset(fake: FakeA
     add_gang(fake, "a")
     converge(controller(fake))
     first = claim(fake, "a")["status"]
-    real = decide
+    real = deciding.decide
     moved_to = math.fmod(first["offsetMs"] + PERIOD / 2, PERIOD)
 
     def relocating(world: Any, settings: Any, now_s: float, *rest: Any) -> Decided:
@@ -301,7 +301,7 @@ def test_a_gang_the_core_relocates_with_its_lock_gets_the_new_offset(fake: FakeA
             return decided
         return dataclasses.replace(decided, relocations={uid: moved_to})
 
-    monkeypatch.setattr(reconcile, "decide", relocating)
+    monkeypatch.setattr(deciding, "decide", relocating)
     add_gang(fake, "b")
     later = NOW + 100
     converge(controller(fake, later))

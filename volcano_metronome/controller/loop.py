@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Callable, Mapping
 
 from volcano_metronome import api, kube
-from volcano_metronome.controller import profiledrift, reconcile
+from volcano_metronome.controller import deciding, profiledrift, reconcile
 from volcano_metronome.controller.cache import Overlay, Store, View
 from volcano_metronome.controller.leader import LeaderElector, LeaseConfig
 from volcano_metronome.controller.metrics import HealthServer, Metrics
@@ -33,7 +33,7 @@ from volcano_metronome.controller.writes import Event, Plan
 from volcano_metronome.controller.settings import Settings
 from volcano_metronome.controller.writer import Api, Outcome, Writer
 from volcano_metronome.core.decision import Decision, NoFit
-from volcano_metronome.controller.deciding import Decided, Reoptimised, decide, no_fit_category, reoptimise_running
+from volcano_metronome.controller.deciding import Decided, Reoptimised, no_fit_category
 
 log = logging.getLogger("volcano_metronome.controller")
 
@@ -186,12 +186,12 @@ class Controller:
             log.warning("%s", warning)
         with self.loads.snapshot(world) as base:  # the running gangs' loads; this cycle's changes rolled back
             t0 = self.monotonic()
-            decided = decide(world, self.settings, now, self.monotonic, base)
+            decided = deciding.decide(world, self.settings, now, self.monotonic, base)
             decide_s = self.monotonic() - t0
             for warning in decided.warnings:
                 log.warning("%s", warning)
             due = sorted(set(self._reopt_due(world, started)) | drift.replan)
-            reoptimised = (reoptimise_running(world, self.settings, due, decided) if due
+            reoptimised = (deciding.reoptimise_running(world, self.settings, due, decided) if due
                            else Reoptimised())
         plan = drift.amend(reconcile.plan(world, decided, self.settings, now, reoptimised, self._reported, self.quiet))
         return Thought(world, decided, plan, decide_s, drift)
