@@ -9,10 +9,11 @@ import pytest
 from volcano_metronome.admission.resolve import claim_profile
 from volcano_metronome.admission.settings import parse_settings
 from volcano_metronome.catalog import builtin
-from volcano_metronome.controller import objects, queuepolicy
+from volcano_metronome.controller import queuepolicy
 from volcano_metronome.core.errors import InvalidInput
 from volcano_metronome.core.grid import SlotGrid
 from volcano_metronome.shapes.selectors import label_selector_matches, requirement_matches, term_matches
+from volcano_metronome.shapes.profiles import profile_from_spec, profile_to_spec
 
 WINDOW = {"startMs": 0, "lenMs": 20, "gbps": 10}
 BAD_PROFILES: list[tuple[dict[str, Any], str, Any]] = [
@@ -67,7 +68,7 @@ def test_a_bad_claim_profile_reads_the_same_in_the_webhook_and_the_controller(pr
     with pytest.raises(InvalidInput) as webhook:
         claim_profile("c", "ns", lambda ns, name: claim, "annotation metronome.dev/claim")
     with pytest.raises(InvalidInput) as controller:  # what controller.observe.claim_view reads a claim with
-        objects.profile_from_spec(profile, "STBandwidthClaim ns/c spec.profile")
+        profile_from_spec(profile, "STBandwidthClaim ns/c spec.profile")
     assert str(webhook.value) == str(controller.value)
     assert _message(webhook.value, "STBandwidthClaim ns/c spec.profile")[0] == field
 
@@ -84,15 +85,15 @@ def test_collective_reads_the_same_on_every_path_and_round_trips_through_the_cla
     webhook = parse_settings({"namespaceDefaults": {"team": explicit}}).namespace_defaults["team"]
     controller = queuepolicy.parse({"metadata": {"name": "p"}, "spec": {"defaultProfile": explicit}}, SlotGrid(),
                                    100.0).default_profile
-    claim = objects.profile_from_spec(explicit, "spec.profile")
+    claim = profile_from_spec(explicit, "spec.profile")
     assert webhook == controller == claim and claim.collective == "all-to-all"
     # What the controller writes into a claim it creates carries it, and reads back the same.
-    spec = objects.profile_to_spec(claim)
-    assert spec["collective"] == "all-to-all" and objects.profile_from_spec(spec, "spec.profile") == claim
+    spec = profile_to_spec(claim)
+    assert spec["collective"] == "all-to-all" and profile_from_spec(spec, "spec.profile") == claim
     # Omitted means ring, as the CRDs default it; a ring profile is written as before (no key).
-    ring = objects.profile_from_spec({"periodMs": 100, "windows": [WINDOW]}, "spec.profile")
-    assert ring.collective == "ring" and "collective" not in objects.profile_to_spec(ring)
-    assert objects.profile_from_spec({**explicit, "collective": "ring"}, "spec.profile") == ring
+    ring = profile_from_spec({"periodMs": 100, "windows": [WINDOW]}, "spec.profile")
+    assert ring.collective == "ring" and "collective" not in profile_to_spec(ring)
+    assert profile_from_spec({**explicit, "collective": "ring"}, "spec.profile") == ring
 
 
 @pytest.mark.parametrize("model", ["moe-gpt", "dlrm-a2a"])

@@ -22,8 +22,9 @@ WINDOWS = PREFIX + "windows"  # JSON list of {"start_ms", "len_ms", "gbps"}
 DUTY_CYCLE = PREFIX + "duty-cycle"  # shorthand, with GBPS: one window at the end of the period
 GBPS = PREFIX + "gbps"
 JITTER_MS = PREFIX + "jitter-ms"
+COLLECTIVE = PREFIX + "collective"  # with period-ms: "ring" (the default) or "all-to-all"
 CLAIM = PREFIX + "claim"  # name of an STBandwidthClaim in the object's namespace
-USER_PROFILE_KEYS = (MODEL, PERIOD_MS, WINDOWS, DUTY_CYCLE, GBPS, JITTER_MS, CLAIM)
+USER_PROFILE_KEYS = (MODEL, PERIOD_MS, WINDOWS, DUTY_CYCLE, GBPS, JITTER_MS, COLLECTIVE, CLAIM)
 
 # What the webhook writes on the objects it admits.
 PROFILE = PREFIX + "profile"  # resolved profile, compact JSON of core.profile.Profile.to_dict()

@@ -5,8 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from volcano_metronome import api
 from volcano_metronome.admission.annotations import ClaimRef, Explicit, profile_json, read_request, read_resolved
@@ -59,6 +58,17 @@ def test_duty_cycle_shorthand_puts_the_window_at_the_end():
     assert request == Explicit(Profile(200.0, (Window(150.0, 50.0, 40.0),)), "annotation")
 
 
+@pytest.mark.parametrize("form", [{api.WINDOWS: '[{"start_ms": 60, "len_ms": 40, "gbps": 50}]'},
+                                  {api.DUTY_CYCLE: "0.4", api.GBPS: "50"}])
+def test_collective_annotation_with_period_forms(form):
+    """``metronome.dev/collective`` marks an all-to-all gang (MoE, DLRM) in the forms a user writes by hand."""
+    request = read({api.PERIOD_MS: "100", **form, api.COLLECTIVE: "all-to-all"})
+    assert request == Explicit(Profile(100.0, (Window(60.0, 40.0, 50.0),), collective="all-to-all"), "annotation")
+    assert read({api.PERIOD_MS: "100", **form, api.COLLECTIVE: "ring"}).profile.collective == "ring"
+    # ... and it survives the resolved annotation the controller reads.
+    assert read_resolved({api.PROFILE: profile_json(request.profile)}) == request
+
+
 def test_claim_alone():
     assert read({api.CLAIM: "resnet50-imagenet"}) == ClaimRef("resnet50-imagenet")
 
@@ -94,6 +104,10 @@ def test_claim_alone():
     ({api.CLAIM: "Not_A_Name"}, api.CLAIM, "DNS-1123"),
     ({api.PERIOD_MS: "100", api.WINDOWS: "[]", api.DUTY_CYCLE: "0.1"}, api.DUTY_CYCLE, api.WINDOWS),
     ({api.MODEL: 7}, api.MODEL, "string"),
+    ({api.PERIOD_MS: "100", api.DUTY_CYCLE: "0.5", api.GBPS: "1", api.COLLECTIVE: "allreduce"}, api.COLLECTIVE,
+     "ring, all-to-all"),
+    ({api.MODEL: "resnet50", api.COLLECTIVE: "all-to-all"}, api.COLLECTIVE, api.MODEL),
+    ({api.COLLECTIVE: "ring"}, api.COLLECTIVE, api.PERIOD_MS),
 ])
 def test_errors_name_key_value_and_expected_form(annotations, key, expected_part):
     with pytest.raises(InvalidInput) as caught:

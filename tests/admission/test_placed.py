@@ -20,7 +20,9 @@ from volcano_metronome.controller import objects, reconcile
 from volcano_metronome.controller.constraints import assign
 from volcano_metronome.controller.observe import claim_view, pod_view
 from volcano_metronome.controller.settings import Settings
+from volcano_metronome.controller.gangs import claim_name_for
 from volcano_metronome.controller.views import GangKey, GangView
+from volcano_metronome.shapes.refs import claim_name
 
 NS = "team"
 GPU = builders.GPU
@@ -28,11 +30,12 @@ NODES, MEMBERS = ["n-3", "n-1", "n-2"], [4, 4, 2]
 
 
 def claim(kind: str, gang: str, *, locked: bool = True, placed: bool = True, nodes=NODES, members=MEMBERS) -> dict:
+    """A decided claim, named as the controller names it."""
     status = {"nodes": list(nodes), "members": list(members), "offsetMs": 12.5, "periodMs": 100.0,
               "epoch": 25200000, "locked": locked, "conditions": [{"type": "Placed", "status": "True" if placed
                                                                     else "False"}]}
     return {"apiVersion": api.API_VERSION, "kind": "STBandwidthClaim",
-            "metadata": {"name": f"{kind.lower()}-{gang}", "namespace": NS, "resourceVersion": "7"},
+            "metadata": {"name": claim_name(kind, gang), "namespace": NS, "resourceVersion": "7"},
             "spec": {"gangRef": {"kind": kind, "name": gang}, "profile": {}}, "status": status}
 
 
@@ -129,6 +132,15 @@ def test_a_pod_gated_by_the_fallback_takes_the_slot_it_would_have_had():
     mixed = [webhook(p, ctx) if i % 2 else p for i, p in enumerate(gated)]
     mixed_targets = {t.pod.name: t.nodes for t in assign(claim_view(c), [pod_view(p, GPU) for p in mixed]).targets}
     assert mixed_targets == controller
+
+
+def test_a_gang_with_a_long_name_finds_the_hashed_claim_the_controller_names():
+    name = "j" * 250  # "job-" + 250 characters is past the 253 a name may have: the controller hashes it
+    pods = indexed_job_pods(name, 3)
+    c = claim("Job", name, nodes=NODES, members=[1, 1, 1])
+    assert objects.name(c) == claim_name_for(GangKey(NS, "Job", name)) and len(objects.name(c)) == 253
+    out = webhook(pods[0], lookups([c]))
+    assert not out["spec"].get("schedulingGates") and objects.pinned_nodes(out) == ("n-3",)
 
 
 def test_unlocked_claim_gives_the_period_only():

@@ -10,7 +10,7 @@ from tests.profiling.synth import Spec, csv
 from volcano_metronome.agent.node import AgentConfig, AgentMetrics, measure_once
 from volcano_metronome.agent.owners import owner
 from volcano_metronome.agent.reports import Scan
-from volcano_metronome.controller.objects import profile_from_spec
+from volcano_metronome.shapes.profiles import profile_from_spec
 from volcano_metronome.core.errors import InvalidInput
 
 

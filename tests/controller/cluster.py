@@ -26,6 +26,7 @@ from volcano_metronome import api, kube
 from volcano_metronome.controller import objects
 from volcano_metronome.devtools.apply import ApiClient
 from volcano_metronome.devtools.sources import our_crd_files, upstream_crd_files
+from volcano_metronome.shapes.slots import number_text
 
 JSON = dict[str, Any]
 
@@ -204,9 +205,9 @@ def claim_timing(claim: JSON) -> dict[str, str]:
     """The timing annotations the pods of a placed gang should carry: the period, and the offset and
     epoch only when the claim is locked (an unlocked gang runs free)."""
     status = claim["status"]
-    out = {api.PERIOD_MS: objects.number_text(status["periodMs"])}
+    out = {api.PERIOD_MS: number_text(status["periodMs"])}
     if status.get("locked", True):
-        out.update({api.OFFSET_MS: objects.number_text(status["offsetMs"]), api.EPOCH: str(status["epoch"])})
+        out.update({api.OFFSET_MS: number_text(status["offsetMs"]), api.EPOCH: str(status["epoch"])})
     return out
 
 

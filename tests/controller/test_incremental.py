@@ -17,13 +17,14 @@ from hypothesis import HealthCheck, example, given, settings as hsettings, strat
 
 from volcano_metronome import api
 from volcano_metronome.shapes import templates
-from volcano_metronome.controller import deciding, objects, profiledrift, reconcile
+from volcano_metronome.controller import deciding, profiledrift, reconcile
 from volcano_metronome.controller.loads import RunningLoads
-from volcano_metronome.controller.observe import Inputs, Observer, observe
+from volcano_metronome.controller.observe import Observer, observe
+from volcano_metronome.controller.views import Changed, Inputs, World
 from volcano_metronome.controller.quiet import Quiet
 from volcano_metronome.controller.settings import Settings
-from volcano_metronome.controller.views import Changed, World
 from volcano_metronome.core.snapshot import Snapshot
+from volcano_metronome.shapes.profiles import profile_from_annotation, profile_to_spec
 
 JSON = dict[str, Any]
 SETTINGS = Settings()
@@ -113,7 +114,7 @@ def podgroup(gang: str, profile: int, before_pods: str | None = None) -> JSON:
 
 
 def spec_of(profile: int) -> JSON:
-    return objects.profile_to_spec(objects.profile_from_annotation(json.dumps(PROFILES[profile]), "test"))
+    return profile_to_spec(profile_from_annotation(json.dumps(PROFILES[profile]), "test"))
 
 
 def claim(gang: str, nodes: list[str], offset: int, locked: bool, profile: int, released: bool,

@@ -8,8 +8,9 @@ from tests.controller import builders as b
 from tests.controller.fake import FakeApi
 from tests.controller.test_controller import NS, NOW, add_gang, claim_of, controller, pods_of
 from volcano_metronome import kube
-from volcano_metronome.controller import deciding, loop, objects, reconcile
+from volcano_metronome.controller import deciding, loop, objects
 from volcano_metronome.core.decision import NoFit
+from volcano_metronome.controller.deciding import UNDECIDABLE
 
 # 30 s iterations: longer than the default hyperperiod cap (25.2 s), so no decision can exist.
 POISON = {"period_ms": 30000, "windows": [{"start_ms": 0, "len_ms": 100, "gbps": 10}], "jitter_ms": 0}
@@ -36,7 +37,7 @@ def test_poison_gang_does_not_block_a_normal_gang_in_the_same_cycle() -> None:
     assert all(not objects.gates(p) for p in pods_of(fake, "good"))
     poison = claim_of(fake, "poison")
     cond = next(c for c in poison["status"]["conditions"] if c["type"] == "NoFit")
-    assert cond["reason"] == reconcile.UNDECIDABLE and "hyperperiod cap 25200 ms" in cond["message"]
+    assert cond["reason"] == UNDECIDABLE and "hyperperiod cap 25200 ms" in cond["message"]
     assert all(objects.gates(p) for p in pods_of(fake, "poison"))
     warnings = [e for e in fake.events if e["reason"] == "NoFit"]
     assert len(warnings) == 1 and "30000" in warnings[0]["note"]

@@ -8,6 +8,7 @@ from volcano_metronome import api, kube
 from volcano_metronome.controller import objects
 from volcano_metronome.controller.loop import Controller
 from volcano_metronome.controller.settings import Settings
+from volcano_metronome.shapes.slots import number_text
 
 NS = "ml"
 NOW = 1_700_000_000.0
@@ -56,7 +57,7 @@ def test_workload_is_held_until_quota_then_released_ready_with_pod_set_updates()
     # Alone on its links, the gang runs free: Kueue passes only the period into the pod template.
     assert claim["status"]["locked"] is False
     # ... and the claim's name, with which our webhook admits the pods placed (admission.placed).
-    assert update["annotations"] == {api.PERIOD_MS: objects.number_text(claim["status"]["periodMs"]),
+    assert update["annotations"] == {api.PERIOD_MS: number_text(claim["status"]["periodMs"]),
                                      api.PLACEMENT_CLAIM: "workload-job-a"}
 
 
@@ -140,6 +141,6 @@ def test_reoptimisation_moves_colliding_gangs_with_a_future_epoch() -> None:
     run(ctl)  # pods follow their claims' new offsets and epochs
     for p in f.all(kube.PODS):
         claim = claims[f"podgroup-{objects.annotations_of(p)[api.GANG_NAME]}"]
-        assert objects.annotations_of(p)[api.OFFSET_MS] == objects.number_text(claim["status"]["offsetMs"])
+        assert objects.annotations_of(p)[api.OFFSET_MS] == number_text(claim["status"]["offsetMs"])
         assert objects.annotations_of(p)[api.EPOCH] == str(claim["status"]["epoch"])
     assert any(e["reason"] == "Reconfigured" for e in f.events)

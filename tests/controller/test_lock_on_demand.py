@@ -20,14 +20,17 @@ from tests.controller import builders as b
 from tests.controller.cluster import timing
 from tests.controller.fake import FakeApi
 from volcano_metronome import api, kube
-from volcano_metronome.controller import objects, reconcile
+from volcano_metronome.controller import deciding, objects
 from volcano_metronome.controller.loop import Controller
 from volcano_metronome.controller.observe import claim_view
 from volcano_metronome.controller.queuepolicy import parse
-from volcano_metronome.controller.reconcile import LOCKED, UNLOCKED, epoch_at_or_after, epoch_at_or_before
+from volcano_metronome.controller.writes import LOCKED, UNLOCKED
+from volcano_metronome.controller.epochs import epoch_at_or_after, epoch_at_or_before
 from volcano_metronome.controller.settings import Settings
 from volcano_metronome.core.grid import SlotGrid
 from volcano_metronome.kube import Unavailable
+from volcano_metronome.controller.deciding import Decided
+from volcano_metronome.shapes.slots import number_text
 
 NS = "lock"
 NOW = 1_700_000_000.0
@@ -80,9 +83,9 @@ def pods(f: FakeApi, gang: str) -> list[dict]:
 def assert_pods_follow(f: FakeApi, gang: str) -> None:
     """Every pod of the gang ungated, with the claim's timing: all three keys when locked, the period alone when not."""
     status = claim(f, gang)["status"]
-    want = {api.PERIOD_MS: objects.number_text(status["periodMs"])}
+    want = {api.PERIOD_MS: number_text(status["periodMs"])}
     if status["locked"]:
-        want.update({api.OFFSET_MS: objects.number_text(status["offsetMs"]), api.EPOCH: str(status["epoch"])})
+        want.update({api.OFFSET_MS: number_text(status["offsetMs"]), api.EPOCH: str(status["epoch"])})
     for p in pods(f, gang):
         assert not objects.gated_by_us(p) and timing(p) == want, (objects.name(p), timing(p), want)
 
@@ -288,17 +291,17 @@ def test_a_gang_the_core_relocates_with_its_lock_gets_the_new_offset(fake: FakeA
     add_gang(fake, "a")
     converge(controller(fake))
     first = claim(fake, "a")["status"]
-    real = reconcile.decide
+    real = deciding.decide
     moved_to = math.fmod(first["offsetMs"] + PERIOD / 2, PERIOD)
 
-    def relocating(world: Any, settings: Any, now_s: float, *rest: Any) -> reconcile.Decided:
+    def relocating(world: Any, settings: Any, now_s: float, *rest: Any) -> Decided:
         decided = real(world, settings, now_s, *rest)
         uid = next(g.uid for g in world.gangs if g.key.name == "a")
         if uid not in decided.locks:
             return decided
         return dataclasses.replace(decided, relocations={uid: moved_to})
 
-    monkeypatch.setattr(reconcile, "decide", relocating)
+    monkeypatch.setattr(deciding, "decide", relocating)
     add_gang(fake, "b")
     later = NOW + 100
     converge(controller(fake, later))

@@ -10,6 +10,7 @@ from volcano_metronome.controller.settings import DefaultCapacities, Settings
 from volcano_metronome.core.errors import InvalidInput
 from volcano_metronome.core.grid import SlotGrid
 from volcano_metronome.core.model import Ordering
+from volcano_metronome.controller.views import Inputs
 
 
 def test_settings_defaults_and_full_file() -> None:
@@ -120,7 +121,7 @@ def test_free_gpus_subtract_bound_pods_and_unbound_placed_members() -> None:
     claim = {"metadata": {"name": "podgroup-g", "namespace": "ns"},
              "spec": {"gangRef": {"kind": "PodGroup", "name": "g"}},
              "status": {"nodes": ["n1"], "members": [2], "offsetMs": 0, "periodMs": 200, "epoch": 0}}
-    world = observe.observe(observe.Inputs(nodes=nodes, pods=members, bound_pods=[bound, done, members[0]],
+    world = observe.observe(Inputs(nodes=nodes, pods=members, bound_pods=[bound, done, members[0]],
                                            claims=[claim]), Settings())
     assert world.allocatable == (8, 8, 8)
     assert world.free_gpus == (5, 0, 0)  # n1: 4 bound + 4 reserved; n2 unschedulable

@@ -1,12 +1,19 @@
-"""Assertions shared by the e2e tests: pods bound where the claim says, with the claim's timing."""
+"""What the e2e tests share: the Kueue set-up, and assertions (pods bound where the claim says, with its timing)."""
 
 from __future__ import annotations
 
+import pathlib
 from collections import Counter
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
+from tests.controller.cluster import wait_until
+from tests.e2e import manifests
+from tests.e2e.manifests import LAYOUT
 from volcano_metronome import api, kube
 from volcano_metronome.controller import objects
+from volcano_metronome.devtools.apply import ApiClient
+from volcano_metronome.devtools.stack import Stack
+from volcano_metronome.shapes.slots import number_text
 
 JSON = dict[str, Any]
 
@@ -32,9 +39,9 @@ def assert_bound_as_decided(pods: Iterable[Mapping[str, Any]], claim: Mapping[st
         pinned = objects.pinned_nodes(pod) or ()
         assert node in pinned, f"{objects.name(pod)}: affinity pins {pinned}, bound to {node}"
         annotations = objects.annotations_of(pod)
-        assert annotations[api.PERIOD_MS] == objects.number_text(status["periodMs"]), objects.name(pod)
+        assert annotations[api.PERIOD_MS] == number_text(status["periodMs"]), objects.name(pod)
         if status.get("locked", True):
-            assert annotations[api.OFFSET_MS] == objects.number_text(status["offsetMs"]), objects.name(pod)
+            assert annotations[api.OFFSET_MS] == number_text(status["offsetMs"]), objects.name(pod)
             assert annotations[api.EPOCH] == str(status["epoch"]), objects.name(pod)
         else:
             assert api.OFFSET_MS not in annotations and api.EPOCH not in annotations, objects.name(pod)
@@ -76,3 +83,21 @@ def created_placed(first_version: Mapping[str, Any], claim: Mapping[str, Any]) -
     return (api.SCHEDULING_GATE not in objects.gates(first_version) and bool(pinned)
             and set(pinned) <= set((claim.get("status") or {}).get("nodes") or ())
             and api.PERIOD_MS in objects.annotations_of(first_version))
+
+
+
+def set_up_kueue(stack: Stack, k: kube.Kube, upstream: pathlib.Path, logs: Callable[[], str]) -> None:
+    """Apply our AdmissionCheck and the upstream example's queues; return once the ClusterQueue is Active."""
+    apply = ApiClient.from_kubeconfig(stack.kubeconfig_path)
+    for obj in [manifests.admission_check(), *manifests.kueue_setup(upstream, gpus=LAYOUT.nodes * LAYOUT.gpus_per_node)]:
+        apply.apply(obj)
+    # Kueue keeps a ClusterQueue inactive until every AdmissionCheck it lists is Active, which our
+    # controller sets on the checks it owns.
+    wait_until(lambda: objects.condition_true(k.get(kube.CLUSTER_QUEUES, None, "cluster-queue") or {}, "Active"),
+               60, lambda: f"the ClusterQueue Active\n{logs()}")
+
+
+def check_state(workload: Mapping[str, Any]) -> str | None:
+    """The state of our AdmissionCheck on ``workload`` (Pending, Ready, Retry, Rejected), if listed."""
+    entries = (workload.get("status") or {}).get("admissionChecks") or []
+    return next((e.get("state") for e in entries if e.get("name") == manifests.CHECK_NAME), None)

@@ -17,14 +17,11 @@ import pytest
 
 from tests.admission.builders import trainer_jobsets
 from tests.controller.cluster import wait_until
-from tests.e2e import manifests
-from tests.e2e.checks import assert_bound_as_decided, bound, created_gated, decided
+from tests.e2e.checks import assert_bound_as_decided, bound, check_state, created_gated, decided, set_up_kueue
 from tests.e2e.history import History
 from tests.e2e.manifests import GPU_RESOURCE, LAYOUT
-from tests.e2e.test_kueue import check_state
 from volcano_metronome import api, kube
 from volcano_metronome.controller import objects, ranks
-from volcano_metronome.devtools.apply import ApiClient
 from volcano_metronome.devtools.stack import Stack
 
 pytestmark = pytest.mark.upstream_examples("kueue", "trainer")
@@ -58,11 +55,7 @@ def test_a_jobset_is_held_decided_as_one_gang_admitted_and_bound_in_rank_order(
     workloads = history(kube.WORKLOADS, NAMESPACE)
     claims = history(kube.CLAIMS, NAMESPACE)
     pods = history(kube.PODS, NAMESPACE)
-    apply = ApiClient.from_kubeconfig(stack.kubeconfig_path)
-    for obj in [manifests.admission_check(), *manifests.kueue_setup(upstream, gpus=LAYOUT.nodes * LAYOUT.gpus_per_node)]:
-        apply.apply(obj)
-    wait_until(lambda: objects.condition_true(k.get(kube.CLUSTER_QUEUES, None, "cluster-queue") or {}, "Active"),
-               60, lambda: f"the ClusterQueue Active\n{logs()}")
+    set_up_kueue(stack, k, upstream, logs)
 
     jobset = k.create(JOBSETS, two_replicated_jobs(LAYOUT.gpus_per_node), NAMESPACE)
     name, uid = objects.name(jobset), jobset["metadata"]["uid"]

@@ -15,24 +15,18 @@ import pytest
 
 from tests.e2e import manifests
 from tests.e2e.manifests import LAYOUT
-from tests.e2e.checks import assert_bound_as_decided, bound, created_gated, decided
+from tests.e2e.checks import assert_bound_as_decided, bound, check_state, created_gated, decided, set_up_kueue
 from tests.controller.cluster import wait_until
 from tests.e2e.history import History
 from volcano_metronome import api, kube
 from volcano_metronome.controller import objects
-from volcano_metronome.devtools.apply import ApiClient
 from volcano_metronome.devtools.stack import Stack
+from volcano_metronome.shapes.times import parse_time
 
 pytestmark = pytest.mark.upstream_examples("kueue")  # reads examples/kueue (tests/e2e/manifests.py)
 
 NAMESPACE = "default"  # where the upstream example puts its LocalQueue and Job
 JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
-
-
-def check_state(workload: dict[str, Any]) -> str | None:
-    """The state of our AdmissionCheck on ``workload`` (Pending, Ready, Retry, Rejected), if listed."""
-    entries = (workload.get("status") or {}).get("admissionChecks") or []
-    return next((e.get("state") for e in entries if e.get("name") == manifests.CHECK_NAME), None)
 
 
 def test_sample_job_is_held_by_our_check_then_admitted_placed_bound_and_timed(
@@ -43,13 +37,7 @@ def test_sample_job_is_held_by_our_check_then_admitted_placed_bound_and_timed(
     workloads = history(kube.WORKLOADS, NAMESPACE)
     claims = history(kube.CLAIMS, NAMESPACE)
     pods = history(kube.PODS, NAMESPACE)
-    apply = ApiClient.from_kubeconfig(stack.kubeconfig_path)
-    for obj in [manifests.admission_check(), *manifests.kueue_setup(upstream, gpus=LAYOUT.nodes * LAYOUT.gpus_per_node)]:
-        apply.apply(obj)
-    # Kueue keeps a ClusterQueue inactive until every AdmissionCheck it lists is Active, which our
-    # controller sets on the checks it owns.
-    wait_until(lambda: objects.condition_true(k.get(kube.CLUSTER_QUEUES, None, "cluster-queue") or {}, "Active"),
-               60, lambda: f"the ClusterQueue Active\n{logs()}")
+    set_up_kueue(stack, k, upstream, logs)
 
     job = k.create(kube.BATCH_JOBS, manifests.kueue_sample_job(upstream, gpus_per_pod=LAYOUT.gpus_per_node), NAMESPACE)
     name, uid = objects.name(job), job["metadata"]["uid"]
@@ -93,7 +81,7 @@ def test_sample_job_is_held_by_our_check_then_admitted_placed_bound_and_timed(
     wait_until(lambda: len(job_pods()) == 3 and bound(job_pods()), 90, lambda: f"the Job's pods bound\n{logs()}")
     current = job_pods()
     # The Job controller created the pods only after Kueue admitted the Workload.
-    admitted_at = objects.parse_time(objects.condition(admitted, "Admitted")["lastTransitionTime"])  # type: ignore[index]
+    admitted_at = parse_time(objects.condition(admitted, "Admitted")["lastTransitionTime"])  # type: ignore[index]
     for pod in current:
         assert objects.created_s(pod) >= (admitted_at or 0), objects.name(pod)
         first = pods.first(lambda p: True, objects.name(pod))

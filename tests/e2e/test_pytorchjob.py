@@ -21,17 +21,14 @@ import pytest
 import yaml
 
 from tests.controller.cluster import wait_until
-from tests.e2e.checks import assert_bound_as_decided, bound, created_gated, decided, running
+from tests.e2e.checks import assert_bound_as_decided, bound, check_state, created_gated, decided, running, set_up_kueue
 from tests.e2e.history import History
 from tests.e2e.manifests import GPU_RESOURCE, LAYOUT
 from volcano_metronome import api, kube
 from volcano_metronome.controller import objects
 from volcano_metronome.devtools import volcano
-from volcano_metronome.devtools.apply import ApiClient
 from volcano_metronome.devtools.operators import KUEUE_TRAINING_NAMESPACE, VOLCANO_TRAINING_NAMESPACE
 from volcano_metronome.devtools.stack import Stack
-from tests.e2e import manifests
-from tests.e2e.test_kueue import check_state
 
 pytestmark = pytest.mark.upstream_examples("training-operator", "kueue")
 
@@ -106,11 +103,7 @@ def test_a_pytorchjob_through_kueue_is_held_decided_as_one_gang_and_bound_in_ran
     namespace = KUEUE_TRAINING_NAMESPACE
     workloads = history(kube.WORKLOADS, namespace)
     pods = history(kube.PODS, namespace)
-    apply = ApiClient.from_kubeconfig(stack.kubeconfig_path)
-    for obj in [manifests.admission_check(), *manifests.kueue_setup(upstream, gpus=LAYOUT.nodes * LAYOUT.gpus_per_node)]:
-        apply.apply(obj)
-    wait_until(lambda: objects.condition_true(k.get(kube.CLUSTER_QUEUES, None, "cluster-queue") or {}, "Active"),
-               60, lambda: f"the ClusterQueue Active\n{logs()}")
+    set_up_kueue(stack, k, upstream, logs)
     spec = pytorch_simple(upstream, workers=2, gpus_per_pod=LAYOUT.gpus_per_node, project="kueue",
                           file="sample-pytorchjob.yaml", namespace=namespace)
     job = k.create(PYTORCHJOBS, spec, namespace)

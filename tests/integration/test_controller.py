@@ -19,6 +19,7 @@ from tests.controller.cluster import Cluster, ControllerProcess, claim_timing, s
 from volcano_metronome import api, kube
 from volcano_metronome.controller import objects
 from volcano_metronome.devtools.controlplane import ControlPlane
+from volcano_metronome.shapes.slots import number_text
 
 # Short enough that a standby takes over in seconds, long enough to survive a loaded CI machine.
 FAST_LEASE = {"leaseDurationSeconds": 6, "renewDeadlineSeconds": 5, "retryPeriodSeconds": 1}
@@ -241,7 +242,7 @@ def test_kueue_workload_is_held_by_our_admission_check_and_released(
     # Alone on its links, the gang is not locked: Kueue gets the period for the pods, no offset.
     assert claim["status"]["locked"] is False
     assert entry["podSetUpdates"][0]["annotations"] == {**claim_timing(claim), api.PLACEMENT_CLAIM: "workload-wl"}
-    assert claim_timing(claim) == {api.PERIOD_MS: objects.number_text(claim["status"]["periodMs"])}
+    assert claim_timing(claim) == {api.PERIOD_MS: number_text(claim["status"]["periodMs"])}
 
 
 def test_a_kueue_workload_is_placed_on_its_resource_flavors_nodes(

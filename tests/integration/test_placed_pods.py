@@ -26,6 +26,8 @@ from volcano_metronome import api, kube
 from volcano_metronome.certs import pki
 from volcano_metronome.controller import objects
 from volcano_metronome.devtools import components, sources
+from volcano_metronome.shapes.profiles import profile_from_annotation, profile_to_spec
+from volcano_metronome.shapes.times import format_time
 
 JSON = dict[str, Any]
 
@@ -84,13 +86,13 @@ def register(cluster: Cluster, ns: str, url: str, ca_pem: bytes) -> str:
 
 
 def decided_claim(cluster: Cluster, ns: str, gang: str, nodes: list[str], members: list[int]) -> JSON:
-    profile = objects.profile_from_annotation(b.profile_text(), "test")
+    profile = profile_from_annotation(b.profile_text(), "test")
     cluster.k.create(kube.CLAIMS, {
         "apiVersion": api.API_VERSION, "kind": "STBandwidthClaim",
         "metadata": {"name": f"podgroup-{gang}", "namespace": ns, "labels": {api.MANAGED_LABEL: "true"}},
         "spec": {"gangRef": {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "PodGroup", "name": gang},
-                 "priority": 0, "profile": objects.profile_to_spec(profile)}}, ns)
-    now = objects.format_time(time.time())
+                 "priority": 0, "profile": profile_to_spec(profile)}}, ns)
+    now = format_time(time.time())
     status = {"nodes": nodes, "members": members, "offsetMs": 35, "periodMs": 200, "epoch": 1764000000000,
               "links": [], "predictedOverflowGbpsMs": 0, "feasible": True, "locked": True, "decidedAt": now,
               "conditions": [{"type": "Placed", "status": "True", "reason": "Placed", "message": "test",

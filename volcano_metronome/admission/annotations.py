@@ -20,7 +20,7 @@ from typing import Any
 from volcano_metronome import api
 from volcano_metronome.catalog import Catalog
 from volcano_metronome.core.errors import InvalidInput
-from volcano_metronome.core.profile import Profile
+from volcano_metronome.core.profile import COLLECTIVES, RING, Profile
 
 # ASCII digits only: \d would also match e.g. full-width "２００", which float() accepts.
 _NUMBER = re.compile(r"[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?", re.ASCII)
@@ -58,8 +58,8 @@ def read_request(annotations: Mapping[str, Any], catalog: Catalog, line_rate_gbp
     """The profile the user annotations ask for, ``None`` when there are none.
 
     Accepted combinations (anything else is an error naming the first key that does not fit):
-    ``model`` [+ ``jitter-ms``]; ``period-ms`` + ``windows`` [+ ``jitter-ms``];
-    ``period-ms`` + ``duty-cycle`` + ``gbps`` [+ ``jitter-ms``]; ``claim`` alone.
+    ``model`` [+ ``jitter-ms``]; ``period-ms`` + ``windows`` [+ ``jitter-ms``] [+ ``collective``];
+    ``period-ms`` + ``duty-cycle`` + ``gbps`` [+ ``jitter-ms``] [+ ``collective``]; ``claim`` alone.
     """
     present = {key: annotations[key] for key in api.USER_PROFILE_KEYS if key in annotations}
     if not present:
@@ -91,25 +91,30 @@ def read_request(annotations: Mapping[str, Any], catalog: Catalog, line_rate_gbp
         raise InvalidInput(at + first, present[first], f"to come with {api.PERIOD_MS}")
     period = _number(present, api.PERIOD_MS, at, "a number of milliseconds > 0 such as \"200\"")
     jitter_ms = 0.0 if jitter is None else jitter
+    collective = present.get(api.COLLECTIVE, RING).strip()
+    if collective not in COLLECTIVES:
+        raise InvalidInput(at + api.COLLECTIVE, present[api.COLLECTIVE], f"one of {', '.join(COLLECTIVES)}")
     if api.WINDOWS in present:
-        _only(present, {api.PERIOD_MS, api.WINDOWS, api.JITTER_MS}, at, f"absent when {api.WINDOWS} is set")
+        _only(present, {api.PERIOD_MS, api.WINDOWS, api.JITTER_MS, api.COLLECTIVE}, at,
+              f"absent when {api.WINDOWS} is set")
         windows = _json(present[api.WINDOWS], at + api.WINDOWS, WINDOWS_FORM)
         if not isinstance(windows, list):
             raise InvalidInput(at + api.WINDOWS, present[api.WINDOWS], WINDOWS_FORM)
         try:
-            return Explicit(Profile.from_mapping({"period_ms": period, "windows": windows, "jitter_ms": jitter_ms}),
-                            "annotation")
+            return Explicit(Profile.from_mapping({"period_ms": period, "windows": windows, "jitter_ms": jitter_ms,
+                                                  "collective": collective}), "annotation")
         except InvalidInput as exc:
             raise _renamed(exc, at, _WINDOWS_FORM_FIELDS, present) from None
     if api.DUTY_CYCLE in present:
-        _only(present, {api.PERIOD_MS, api.DUTY_CYCLE, api.GBPS, api.JITTER_MS}, at,
+        _only(present, {api.PERIOD_MS, api.DUTY_CYCLE, api.GBPS, api.JITTER_MS, api.COLLECTIVE}, at,
               f"absent when {api.DUTY_CYCLE} is set")
         duty = _number(present, api.DUTY_CYCLE, at, "a fraction of the period in (0, 1] such as \"0.12\"")
         if api.GBPS not in present:
             raise InvalidInput(at + api.GBPS, None, f"a rate in Gbps such as \"80\" along with {api.DUTY_CYCLE}")
         gbps = _number(present, api.GBPS, at, "a rate in Gbps such as \"80\"")
         try:
-            return Explicit(Profile.from_duty_cycle(period, duty, gbps, jitter_ms), "annotation")
+            profile = Profile.from_duty_cycle(period, duty, gbps, jitter_ms)
+            return Explicit(dataclasses.replace(profile, collective=collective), "annotation")
         except InvalidInput as exc:
             raise _renamed(exc, at, _DUTY_FORM_FIELDS, present) from None
     if api.GBPS in present:

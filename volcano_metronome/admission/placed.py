@@ -11,7 +11,7 @@ affinity and matching annotations and writes nothing for it: one pod write per p
 Only where the pod alone (plus the watch-fed claim and PodGroup caches) determines the answer the
 controller's assignment would give; everywhere else the pod is gated as before (the fallback):
 
-* the claim ``<kind>-<name>`` of the gang (for a Kueue job's pods: the Workload's claim, which the
+* the claim ``<kind>-<name>`` of the gang (hashed when too long: ``shapes.refs.claim_name``; for a Kueue job's pods: the Workload's claim, which the
   controller names in the pod set's ``metronome.dev/placement-claim`` through Kueue's
   ``podSetUpdates``) is in the cache, names the gang and holds nodes;
 * the pod has no required node affinity of its own, no ``spec.nodeName``, and no timing annotation
@@ -32,6 +32,7 @@ from volcano_metronome import api
 from volcano_metronome.admission.outcome import annotations_at, string_or_none
 from volcano_metronome.admission.resolve import Context
 from volcano_metronome.shapes import ranks
+from volcano_metronome.shapes.refs import claim_name as shapes_claim_name
 from volcano_metronome.shapes.selectors import NODE_NAME_FIELD
 from volcano_metronome.shapes.slots import scheduled_by_volcano, slot_node, timing_annotations
 
@@ -60,9 +61,7 @@ def placement(pod: Mapping[str, Any], kind: str, name: str, namespace: str, ctx:
         ref = ((claim.get("spec") or {}).get("gangRef") or {}) if isinstance(claim, dict) else {}
         decided = _decided(claim, "Workload", str(ref.get("name"))) if kind != "PodGroup" else None
     else:
-        claim_name = f"{kind.lower()}-{name}"
-        if len(claim_name) > 253:
-            return None  # the controller hashes such names; not worth mirroring here
+        claim_name = shapes_claim_name(kind, name)
         decided = _decided(ctx.lookups.claim(namespace, claim_name), kind, name)
     if decided is None:
         return None

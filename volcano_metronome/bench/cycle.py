@@ -30,9 +30,11 @@ from volcano_metronome import api
 from volcano_metronome.catalog import builtin
 from volcano_metronome.controller import objects
 from volcano_metronome.controller.loop import BOUND_PODS, Controller
-from volcano_metronome.controller.objects import JSON
+from volcano_metronome.shapes import JSON
 from volcano_metronome.controller.settings import Settings
 from volcano_metronome.core.decision import Decision
+from volcano_metronome.shapes.profiles import profile_to_spec
+from volcano_metronome.shapes.slots import number_text
 
 NODES_PER_RACK = 8
 GPUS_PER_NODE = 8
@@ -134,7 +136,7 @@ class Cluster:
                  "metadata": {"name": f"podgroup-{name}", "namespace": "bench", "generation": 1,
                               "labels": {api.MANAGED_LABEL: "true"}},
                  "spec": {"gangRef": {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "PodGroup", "name": name},
-                          "priority": 0, "profile": objects.profile_to_spec(profile)},
+                          "priority": 0, "profile": profile_to_spec(profile)},
                  "status": {"nodes": [self.names[n] for n in chosen], "members": [int(m) for m in per_node],
                             "offsetMs": offset, "periodMs": profile.period_ms, "epoch": 0, "locked": True,
                             "conditions": [{"type": "Placed", "status": "True", "reason": "Placed", "message": "",
@@ -160,7 +162,7 @@ class Cluster:
         ann = {api.GANG_KIND: "PodGroup", api.GANG_NAME: gang, api.VOLCANO_GROUP_NAME: gang,
                api.GANG_SIZE: str(members)}
         if timing is not None:
-            ann.update({api.OFFSET_MS: objects.number_text(timing[0]), api.PERIOD_MS: objects.number_text(timing[1]),
+            ann.update({api.OFFSET_MS: number_text(timing[0]), api.PERIOD_MS: number_text(timing[1]),
                         api.EPOCH: "0"})
         spec: JSON = {"containers": [{"name": "train", "image": "registry.k8s.io/pause:3.10", "resources": {
             "requests": {GPU: str(gpus)}, "limits": {GPU: str(gpus)}}}]}

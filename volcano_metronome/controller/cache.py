@@ -13,7 +13,8 @@ import threading
 import time
 from typing import Callable, Mapping, Protocol, Sequence
 
-from volcano_metronome.controller.objects import JSON, meta
+from volcano_metronome.controller.objects import meta
+from volcano_metronome.shapes import JSON
 from volcano_metronome.kube import key_of, rv_newer
 
 

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import Mapping, Sequence
 
 from volcano_metronome.controller import objects, ranks
-from volcano_metronome.controller.observe import ClaimView, PodView
+from volcano_metronome.controller.views import ClaimView, PodView
 
 CACHE_ARGUMENT = "predicateErrorCacheEnable"
 

@@ -4,19 +4,19 @@ finished or may be decided now, and the state of our Kueue AdmissionCheck on its
 
 from __future__ import annotations
 
-import hashlib
 from typing import Any, Mapping, Sequence
 
 from volcano_metronome import api
 from volcano_metronome.controller import objects, queuepolicy as policies
-from volcano_metronome.controller.objects import JSON
+from volcano_metronome.shapes import JSON, templates
 from volcano_metronome.controller.queuepolicy import QueuePolicyView
 from volcano_metronome.controller.settings import Settings
 from volcano_metronome.core.errors import InvalidInput
 from volcano_metronome.core.profile import Profile
-from volcano_metronome.shapes import templates
+from volcano_metronome.shapes.refs import claim_name
 from volcano_metronome.controller.views import (GANG_KINDS, PODGROUP, WORKLOAD, AdmissionCheckState, ClaimView, GangKey,
                                                 GangView, PodView)
+from volcano_metronome.shapes.profiles import profile_from_annotation
 
 
 def member_specs(key: GangKey, obj: Mapping[str, Any] | None, pods: Sequence[PodView],
@@ -164,12 +164,8 @@ def workload_check(workload: Mapping[str, Any], our_checks: frozenset[str],
 
 
 def claim_name_for(key: GangKey) -> str:
-    """The name of the claim the controller creates for a gang: ``<kind>-<name>``, hashed if too long."""
-    base = f"{key.kind.lower()}-{key.name}"
-    if len(base) <= 253:
-        return base
-    digest = hashlib.sha256(base.encode()).hexdigest()[:10]
-    return f"{base[:242]}-{digest}"
+    """The name of the claim the controller creates for a gang (the rule the webhook follows too)."""
+    return claim_name(key.kind, key.name)
 
 
 def find_claim(key: GangKey, obj: Mapping[str, Any] | None, claims: Mapping[tuple[str, str], ClaimView],
@@ -237,7 +233,7 @@ def _profile(key: GangKey, obj: Mapping[str, Any] | None, pods: Sequence[PodView
         text = ann.get(api.PROFILE)
         if text:
             try:
-                return objects.profile_from_annotation(text, f"{where}: annotation {api.PROFILE}"), ""
+                return profile_from_annotation(text, f"{where}: annotation {api.PROFILE}"), ""
             except InvalidInput as exc:
                 return None, str(exc)
     if claim is not None and claim.profile is not None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any, Iterable, Mapping, Sequence
 
 from volcano_metronome.controller import objects
-from volcano_metronome.controller.objects import JSON
+from volcano_metronome.shapes import JSON
 from volcano_metronome.controller.views import ClaimView, GangView
 
 

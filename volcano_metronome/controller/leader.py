@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from volcano_metronome import kube
-from volcano_metronome.controller.objects import JSON
+from volcano_metronome.shapes import JSON
 from volcano_metronome.kube import Conflict, KubeError
 
 log = logging.getLogger(__name__)

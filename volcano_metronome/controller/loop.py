@@ -22,18 +22,20 @@ from dataclasses import dataclass
 from typing import Callable, Mapping
 
 from volcano_metronome import api, kube
-from volcano_metronome.controller import profiledrift, reconcile
+from volcano_metronome.controller import deciding, profiledrift, reconcile
 from volcano_metronome.controller.cache import Overlay, Store, View
 from volcano_metronome.controller.leader import LeaderElector, LeaseConfig
 from volcano_metronome.controller.metrics import HealthServer, Metrics
-from volcano_metronome.controller.objects import JSON
+from volcano_metronome.shapes import JSON
 from volcano_metronome.controller.loads import RunningLoads
-from volcano_metronome.controller.observe import Changed, Inputs, Observer, World, observe
+from volcano_metronome.controller.observe import Observer, observe
+from volcano_metronome.controller.views import Changed, Inputs, World
 from volcano_metronome.controller.quiet import Quiet
-from volcano_metronome.controller.reconcile import Plan
+from volcano_metronome.controller.writes import Event, Plan
 from volcano_metronome.controller.settings import Settings
 from volcano_metronome.controller.writer import Api, Outcome, Writer
 from volcano_metronome.core.decision import Decision, NoFit
+from volcano_metronome.controller.deciding import Decided, Reoptimised, no_fit_category
 
 log = logging.getLogger("volcano_metronome.controller")
 
@@ -77,7 +79,7 @@ class Thought:
     """What one cycle saw, decided and plans to write (``decide_s``: time spent in the core)."""
 
     world: World
-    decided: reconcile.Decided
+    decided: Decided
     plan: Plan
     decide_s: float
     drift: profiledrift.Assessment
@@ -197,13 +199,13 @@ class Controller:
             log.warning("%s", warning)
         with self.loads.snapshot(world) as base:  # the running gangs' loads; this cycle's changes rolled back
             t0 = self.monotonic()
-            decided = reconcile.decide(world, self.settings, now, self.monotonic, base)
+            decided = deciding.decide(world, self.settings, now, self.monotonic, base)
             decide_s = self.monotonic() - t0
             for warning in decided.warnings:
                 log.warning("%s", warning)
             due = sorted(set(self._reopt_due(world, started)) | drift.replan)
-            reoptimised = (reconcile.reoptimise_running(world, self.settings, due, decided) if due
-                           else reconcile.Reoptimised())
+            reoptimised = (deciding.reoptimise_running(world, self.settings, due, decided) if due
+                           else Reoptimised())
         plan = drift.amend(reconcile.plan(world, decided, self.settings, now, reoptimised, self._reported, self.quiet))
         if self.freeze_heap:
             self.freeze_heap = False
@@ -215,7 +217,7 @@ class Controller:
         failed = set(outcome.failed)
         for g in plan.gangs:
             for w in g.after:
-                if isinstance(w, reconcile.Event) and w.reason == reconcile.NOFIT and g.gang not in failed:
+                if isinstance(w, Event) and w.reason == reconcile.NOFIT and g.gang not in failed:
                     self._reported[g.gang] = w.note
         if len(self._reported) > 100_000:  # bound the memory; forgetting only repeats an Event
             self._reported.clear()
@@ -253,7 +255,7 @@ class Controller:
         m.placements.inc(len(outcome.placed))
         for r in decided:
             if isinstance(r, NoFit):
-                m.no_fits.labels(reconcile.no_fit_category(r.reason)).inc()
+                m.no_fits.labels(no_fit_category(r.reason)).inc()
         m.reconfigurations.inc(len(plan.moves))
         m.locks.inc(len(outcome.locked))
         m.unlocks.inc(len(outcome.unlocked))

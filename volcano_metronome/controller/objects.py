@@ -7,9 +7,8 @@ import re
 from typing import Any, Iterable, Mapping, Sequence
 
 from volcano_metronome import api
-from volcano_metronome.shapes import JSON as JSON
-from volcano_metronome.shapes import profiles, slots, times
-from volcano_metronome.shapes.selectors import NODE_NAME_FIELD as NODE_NAME_FIELD
+from volcano_metronome.shapes import JSON, times
+from volcano_metronome.shapes.selectors import NODE_NAME_FIELD
 
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 TERMINAL_PHASES = ("Succeeded", "Failed")
@@ -47,16 +46,7 @@ def resource_version(obj: Mapping[str, Any]) -> str:
 
 def created_s(obj: Mapping[str, Any]) -> float:
     """``metadata.creationTimestamp`` in Unix seconds (0 when absent)."""
-    return parse_time(meta(obj).get("creationTimestamp")) or 0.0
-
-
-# The shared shapes, under the names the controller has always read them by.
-parse_time = times.parse_time
-format_time = times.format_time
-profile_from_spec = profiles.profile_from_spec
-profile_to_spec = profiles.profile_to_spec
-profile_from_annotation = profiles.profile_from_annotation
-number_text = slots.number_text
+    return times.parse_time(meta(obj).get("creationTimestamp")) or 0.0
 
 
 def condition(obj: Mapping[str, Any], kind: str) -> Mapping[str, Any] | None:
@@ -86,13 +76,13 @@ def set_condition(conditions: Iterable[Mapping[str, Any]], kind: str, status: st
         same = cond.get("status") == status
         new = {"type": kind, "status": status, "reason": reason, "message": message[:32768],
                "lastTransitionTime": cond.get("lastTransitionTime") if same and cond.get("lastTransitionTime")
-               else format_time(now_s)}
+               else times.format_time(now_s)}
         if generation is not None:
             new["observedGeneration"] = generation
         out.append(new)
     if not found:
         new = {"type": kind, "status": status, "reason": reason, "message": message[:32768],
-               "lastTransitionTime": format_time(now_s)}
+               "lastTransitionTime": times.format_time(now_s)}
         if generation is not None:
             new["observedGeneration"] = generation
         out.append(new)

@@ -24,25 +24,17 @@ from typing import Any, Callable, Mapping, Sequence
 from volcano_metronome import api
 from volcano_metronome.controller import eligibility, network, objects, owners, queuepolicy as policies, \
     ranks as ranking, vanished
-from volcano_metronome.controller.gpus import free_gpus
 from volcano_metronome.controller.gpuledger import GpuLedger
 from volcano_metronome.controller.claimset import Claims
-from volcano_metronome.controller.objects import JSON
+from volcano_metronome.shapes import JSON
 from volcano_metronome.controller.queuepolicy import QueuePolicyView
 from volcano_metronome.controller.settings import Settings
 from volcano_metronome.core.errors import InvalidInput
-from volcano_metronome.shapes.slots import DEFAULT_SCHEDULER, scheduled_by_volcano
-from volcano_metronome.controller.gangs import (claim_name_for, cluster_queue_checks, decidable_before_pods, find_claim,
-                                                gang_key_of_pod, gang_view, member_specs, owning_workload,
-                                                pod_gang_ref, workload_check)
-from volcano_metronome.controller.views import (GANG_API_VERSIONS, GANG_KINDS, JOB, PODGROUP,
-                                                RELEASED, WORKLOAD, AdmissionCheckState, Changed, ClaimView, GangKey,
-                                                GangView, Inputs, PodView, World)
+from volcano_metronome.shapes.slots import scheduled_by_volcano
+from volcano_metronome.controller.gangs import claim_name_for, cluster_queue_checks, decidable_before_pods, find_claim, gang_view, member_specs, owning_workload, pod_gang_ref, workload_check
+from volcano_metronome.controller.views import PODGROUP, WORKLOAD, Changed, ClaimView, GangKey, GangView, Inputs, PodView, World
+from volcano_metronome.shapes.profiles import profile_from_spec
 
-__all__ = ["DEFAULT_SCHEDULER", "GANG_API_VERSIONS", "GANG_KINDS", "JOB", "PODGROUP", "RELEASED", "WORKLOAD",
-           "AdmissionCheckState", "Changed", "ClaimView", "GangKey", "GangView", "Inputs", "PodView", "World", "claim_name_for",
-           "claim_view", "cluster_queue_checks", "free_gpus", "gang_key_of_pod", "gang_view", "member_specs", "observe",
-           "pod_view", "scheduled_by_volcano", "workload_check"]
 
 
 # ------------------------------------------------------------------------------------------- building
@@ -468,7 +460,7 @@ def claim_view(obj: Mapping[str, Any]) -> ClaimView:
     ref = spec.get("gangRef") or {}
     gang_ref = GangKey(ns, str(ref["kind"]), str(ref["name"])) if ref.get("kind") and ref.get("name") else None
     try:
-        profile = objects.profile_from_spec(spec["profile"], "spec.profile") if spec.get("profile") else None
+        profile = profile_from_spec(spec["profile"], "spec.profile") if spec.get("profile") else None
     except InvalidInput:
         profile = None
     nodes = tuple(str(n) for n in status.get("nodes") or [])

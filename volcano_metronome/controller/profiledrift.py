@@ -28,11 +28,13 @@ from typing import Any, Mapping, Sequence
 from volcano_metronome.controller import objects, reconcile
 from volcano_metronome.controller.metrics import Metrics
 from volcano_metronome.controller.views import ClaimView, GangKey, GangView, World
-from volcano_metronome.controller.reconcile import ClaimStatus, Event, GangWrites, Plan
+from volcano_metronome.controller.writes import ClaimStatus, Event, GangWrites, Plan
 from volcano_metronome.controller.settings import Settings
 from volcano_metronome.core.errors import InvalidInput
 from volcano_metronome.core.profile import Profile
 from volcano_metronome.shapes import JSON
+from volcano_metronome.controller.epochs import epoch_at_or_after
+from volcano_metronome.shapes.profiles import profile_from_spec, profile_to_spec
 
 PROFILE_DRIFT = "ProfileDrift"
 AS_DECLARED = "AsDeclared"
@@ -162,13 +164,13 @@ def measured_profile(claim: ClaimView) -> Profile | None:
     where = f"STBandwidthClaim {claim.namespace}/{claim.name}: status.measuredProfile"
     if not isinstance(data, Mapping):
         raise InvalidInput(where, data, "a mapping {periodMs, windows, jitterMs, source, ...}")
-    return objects.profile_from_spec({k: v for k, v in data.items() if k not in MEASUREMENT_KEYS}, where)
+    return profile_from_spec({k: v for k, v in data.items() if k not in MEASUREMENT_KEYS}, where)
 
 
 def _adopted(claim: ClaimView) -> Profile | None:
     data = claim.status.get("adoptedProfile")
     try:
-        return objects.profile_from_spec(data, "status.adoptedProfile") if data else None
+        return profile_from_spec(data, "status.adoptedProfile") if data else None
     except InvalidInput:
         return None  # written by us; a broken one is replaced
 
@@ -291,7 +293,7 @@ def _assess_one(gang: GangView, pols: Mapping[str, ProfilePolicy], settings: Set
         if current is None or moved(current, measured, pol.tolerance):
             try:
                 fields = {**_repoint(claim, measured, settings, now_s),
-                          "adoptedProfile": objects.profile_to_spec(measured)}
+                          "adoptedProfile": profile_to_spec(measured)}
             except InvalidInput as exc:  # e.g. a period beyond the hyperperiod cap: keep the declared one
                 warnings.append(f"gang {gang.key}: measured profile not adopted: {exc}")
             else:
@@ -336,7 +338,7 @@ def _repoint(claim: ClaimView, profile: Profile, settings: Settings, now_s: floa
     period = settings.grid.snap(profile.period_ms, "status.measuredProfile.periodMs").ms
     if period == claim.period_ms:
         return {}
-    epoch = reconcile.epoch_at_or_after(now_s * 1000.0 + settings.reconfigure_lead_ms, settings)
+    epoch = epoch_at_or_after(now_s * 1000.0 + settings.reconfigure_lead_ms, settings)
     return {"periodMs": period, "epoch": epoch, "offsetMs": math.fmod(claim.offset_ms, period)}
 
 

@@ -47,9 +47,9 @@ import numpy as np
 from volcano_metronome import api
 from volcano_metronome.controller import objects, ranks, statuses, vanished
 from volcano_metronome.controller.quiet import Quiet, share_of
-from volcano_metronome.controller.epochs import epoch_at_or_after, epoch_at_or_before, epoch_step_ms
+from volcano_metronome.controller.epochs import epoch_at_or_after, epoch_at_or_before
 from volcano_metronome.controller.constraints import assign
-from volcano_metronome.controller.objects import JSON
+from volcano_metronome.shapes import JSON
 from volcano_metronome.controller.views import (GANG_API_VERSIONS, RELEASED, ClaimView, GangKey, GangView, PodView,
                                                 World)
 from volcano_metronome.controller.settings import Settings
@@ -59,17 +59,11 @@ from volcano_metronome.core.placement import member_room
 from volcano_metronome.core.reoptimize import Move
 from volcano_metronome.core.topology import Topology
 from volcano_metronome.shapes.slots import timing_annotations
-from volcano_metronome.controller.deciding import (UNDECIDABLE, UNDECIDABLE_PREFIX, Decided, Reoptimised, core_policy,
-                                                   decide, no_fit_category, reoptimise_running, snapshot)
-from volcano_metronome.controller.writes import (LOCKED, REDECIDING, UNLOCKED, ClaimStatus, CreateClaim, DeleteClaim,
-                                                 DeletePod, Event, GangWrites, Plan, PodPatch, StatusPatch, Write,
-                                                 WorkloadCheck)
+from volcano_metronome.controller.deciding import UNDECIDABLE, Decided, Reoptimised, no_fit_category
+from volcano_metronome.controller.writes import LOCKED, REDECIDING, UNLOCKED, ClaimStatus, CreateClaim, DeleteClaim, DeletePod, Event, GangWrites, Plan, PodPatch, WorkloadCheck
+from volcano_metronome.shapes.profiles import profile_to_spec
+from volcano_metronome.shapes.times import format_time
 
-__all__ = ["UNDECIDABLE", "UNDECIDABLE_PREFIX", "Decided", "Reoptimised", "core_policy", "decide", "no_fit_category",
-           "reoptimise_running", "snapshot", "LOCKED", "REDECIDING", "UNLOCKED", "ClaimStatus", "CreateClaim",
-           "DeleteClaim", "DeletePod", "Event", "GangWrites", "Plan", "PodPatch", "StatusPatch", "Write",
-           "WorkloadCheck", "plan", "drift_message", "timing_annotations", "epoch_step_ms", "epoch_at_or_before",
-           "epoch_at_or_after"]
 
 PLACED, NOFIT, RECONFIGURED = "Placed", "NoFit", "Reconfigured"
 DRIFTED, OUTSIDE_NODE_SET, AS_DECIDED = "Drifted", "BoundOutsideNodeSet", "AsDecided"
@@ -207,7 +201,7 @@ def _claim_body(gang: GangView) -> JSON:
                               "name": gang.key.name},
                   "priority": gang.priority}
     if gang.profile is not None:
-        spec["profile"] = objects.profile_to_spec(gang.profile)
+        spec["profile"] = profile_to_spec(gang.profile)
     if gang.policy:
         spec["queuePolicy"] = gang.policy
     return {"apiVersion": api.API_VERSION, "kind": "STBandwidthClaim", "metadata": meta, "spec": spec}
@@ -239,7 +233,7 @@ def _place(gang: GangView, d: Decision, settings: Settings, now_s: float, now_ms
     status: JSON = {
         "nodes": list(d.nodes), "members": list(d.members), "offsetMs": d.offset_ms, "periodMs": d.period_ms,
         "epoch": epoch, "links": list(d.links), "predictedOverflowGbpsMs": round(d.overflow_gbps_ms, 6),
-        "feasible": d.feasible, "locked": locked, "decidedAt": objects.format_time(now_s), "conditions": conds,
+        "feasible": d.feasible, "locked": locked, "decidedAt": format_time(now_s), "conditions": conds,
     }
     if gang.claim is not None:
         status["observedGeneration"] = gang.claim.generation
@@ -387,7 +381,7 @@ def _check(gang: GangView, state: str, message: str, now_s: float, ann: Mapping[
            claim: ClaimView | None = None) -> WorkloadCheck:
     assert gang.check is not None and gang.obj is not None
     entry: JSON = {"name": gang.check.name, "state": state, "message": message[:32768],
-                   "lastTransitionTime": objects.format_time(now_s)}
+                   "lastTransitionTime": format_time(now_s)}
     if state == "Ready" and ann is not None:
         entry["podSetUpdates"] = [_pod_set_update(ps, ann, claim) for ps in gang.check.pod_sets]
     entries = [e for e in gang.check.entries if e.get("name") != gang.check.name] + [entry]

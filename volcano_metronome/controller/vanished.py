@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, AbstractSet, Any, Mapping, Sequence
 
 if TYPE_CHECKING:
-    from volcano_metronome.controller.observe import GangView, PodView
+    from volcano_metronome.controller.views import GangView, PodView
 
 VANISHED = "NodeVanished"  # the claim condition, and the Placed=False reason of a claim released for it
 REDECIDING, OWNERLESS, REDECIDED = "Redeciding", "OwnerlessPods", "Redecided"

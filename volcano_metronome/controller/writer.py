@@ -19,7 +19,7 @@ from typing import Any, Callable, Protocol, Sequence
 
 from volcano_metronome import kube
 from volcano_metronome.controller.cache import Overlay
-from volcano_metronome.controller.objects import JSON
+from volcano_metronome.shapes import JSON
 from volcano_metronome.controller.writes import (LOCKED, REDECIDING, UNLOCKED, ClaimStatus, CreateClaim, DeleteClaim,
                                                  DeletePod, Event, GangWrites, Plan, PodPatch, StatusPatch,
                                                  WorkloadCheck)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from volcano_metronome.controller import vanished
-from volcano_metronome.controller.objects import JSON
+from volcano_metronome.shapes import JSON
 from volcano_metronome.core.decision import Decision, NoFit
 from volcano_metronome.core.reoptimize import Move
 

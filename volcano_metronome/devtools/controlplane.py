@@ -34,15 +34,8 @@ import yaml
 from volcano_metronome.certs import pki
 from volcano_metronome.devtools import binaries
 # Re-exported (``as``): modules written before the split import these from here.
-from volcano_metronome.devtools.processes import LOOPBACK as LOOPBACK
-from volcano_metronome.devtools.processes import ControlPlaneError as ControlPlaneError
-from volcano_metronome.devtools.processes import ProcessRecord as ProcessRecord
-from volcano_metronome.devtools.processes import free_ports as free_ports
-from volcano_metronome.devtools.processes import is_alive as is_alive
-from volcano_metronome.devtools.processes import port_free as port_free
-from volcano_metronome.devtools.processes import spawn as spawn
-from volcano_metronome.devtools.processes import terminate as terminate
-from volcano_metronome.devtools.processes import wait_ports_free as wait_ports_free
+from volcano_metronome.devtools.processes import (LOOPBACK, ControlPlaneError, ProcessRecord, free_ports, is_alive,
+                                                  port_free, spawn, terminate, wait_ports_free)
 
 SERVICE_CIDR = "10.0.0.0/24"
 ADMIN_USER = "metronome-admin"

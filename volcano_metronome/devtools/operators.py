@@ -19,7 +19,7 @@ import yaml
 
 from volcano_metronome.devtools import binaries, probes, recipes
 from volcano_metronome.devtools.apply import ApiClient
-from volcano_metronome.devtools.controlplane import LOOPBACK, free_ports
+from volcano_metronome.devtools.processes import LOOPBACK, free_ports
 from volcano_metronome.devtools.registrations import RegistrationError, point_at_url
 from volcano_metronome.shapes import JSON
 
