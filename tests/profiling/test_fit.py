@@ -140,6 +140,26 @@ def test_too_coarse_a_trace_is_refused_with_the_rate_needed():
     assert "slower than a quarter of the shortest window" in result.detail and "--hz" in result.detail
 
 
+@pytest.mark.parametrize("seed", range(4))
+def test_a_sliver_beside_a_burst_is_not_a_window_too_short_to_sample(seed):
+    """The real all-reduce under CPU contention: a 6 ms trickle at a quarter of the burst's rate ahead of it.
+
+    Sampled every 4 ms it is a run too short to place and carrying 4 % of the burst's bytes: without
+    the sliver rule the trace was refused as too coarse; the burst itself is resolved and fitted.
+    """
+    spec = Spec(500.0, ((420.0, 6.0, 2.0), (450.0, 40.0, 8.0)), hz=250.0, periods=16, jitter_ms=2.0,
+                rate_noise=0.1)
+    (window,) = fitted(spec, seed).profile.windows
+    assert window.len_ms == pytest.approx(40.0, rel=0.05) and window.gbps == pytest.approx(8.0, rel=0.05)
+
+
+@pytest.mark.parametrize("windows", [((420.0, 6.0, 20.0), (450.0, 40.0, 8.0)), ((450.0, 6.0, 8.0),)],
+                         ids=["short-window-with-a-third-of-the-bytes", "only-a-short-window"])
+def test_a_short_window_carrying_material_bytes_is_still_too_coarse(windows):
+    result = refusal(Spec(500.0, windows, hz=250.0, periods=16, jitter_ms=2.0, rate_noise=0.1))
+    assert result.reason == "too-coarse", result
+
+
 def test_random_traffic_is_refused_as_aperiodic():
     rng = np.random.default_rng(0)
     bursts = tuple((float(s), float(n), float(g)) for s, n, g in

@@ -10,7 +10,9 @@ Refusals, each saying which:
 
 * ``too-short``: fewer than :data:`MIN_PERIODS` periods in the trace (the fold would average too few
   iterations to tell a window from one noisy iteration, and the period's error would be large);
-* ``too-coarse``: the sampling interval is longer than a quarter of the shortest window found;
+* ``too-coarse``: the sampling interval is longer than a quarter of the shortest window found
+  (a sliver, a run shorter than that carrying under :data:`SLIVER_SHARE` of the largest window's
+  bytes, is not a window: its bytes are left to the baseline, see :func:`_without_slivers`);
 * ``aperiodic``: the autocorrelation at the multiples of the best period within half the trace
   averages less than ``period.MIN_PEAK`` (random traffic stays under 0.1; see docs/profiles.md).
 """
@@ -35,6 +37,9 @@ from volcano_metronome.profiling.windows import Burst, bursts, quietest
 MIN_PERIODS = periods.MIN_PERIODS
 #: A window must span at least this many sampling intervals.
 SAMPLES_PER_WINDOW = 4
+#: A run too short to resolve is a sliver, not a window, when its bytes above baseline are under this
+#: share of the largest window's (the bytes analogue of ``windows.MIN_SHARE``, the height a run needs).
+SLIVER_SHARE = 0.1
 #: Fewest samples worth looking at.
 MIN_SAMPLES = 16
 #: Jitter is the spread between these percentiles of the iterations' lateness.
@@ -152,6 +157,7 @@ def _fit_at(trace: Trace, rate: Rate, period: float) -> Fit | Refusal:
         return Refusal("aperiodic", f"the rate repeats every {period_ms:.4g} ms but shows no burst above its "
                                     f"baseline of {baseline:.4g} Gbps")
     bin_ms = period_ms / folded.bins
+    found_bursts = _without_slivers(found_bursts, baseline, dt_ms * SAMPLES_PER_WINDOW / bin_ms)
     shortest = min(b.length for b in found_bursts) * bin_ms
     if dt_ms * SAMPLES_PER_WINDOW > shortest:
         return Refusal("too-coarse", f"sampled every {dt_ms:.4g} ms, slower than a quarter of the shortest window "
@@ -160,6 +166,18 @@ def _fit_at(trace: Trace, rate: Rate, period: float) -> Fit | Refusal:
     jitter_ms = _jitter(aligned.lateness, folded.bins) * bin_ms
     return Fit(_profile(found_bursts, folded.bins, period_ms, jitter_ms), explained(folded), folded.iterations,
                dt_ms, trace.longest_gap_s * 1000.0, trace.span_s, baseline)
+
+
+def _without_slivers(found: list[Burst], baseline: float, resolvable: float) -> list[Burst]:
+    """``found`` less the runs shorter than ``resolvable`` bins that carry under SLIVER_SHARE of the largest one's bytes.
+
+    A burst broken up by CPU contention leaves, in the fold, a precursor or a trailer a bin or two
+    long that just clears the detection height: the sampling cannot place its edges, and its bytes
+    are too few to matter to a schedule. A short run carrying a material share is kept (and the fit is
+    refused as too coarse): the sampling cannot tell its shape, and it does matter.
+    """
+    largest = max((b.gbps - baseline) * b.length for b in found)
+    return [b for b in found if b.length >= resolvable or (b.gbps - baseline) * b.length >= SLIVER_SHARE * largest]
 
 
 def _no_period(found: periods.NoPeriod, trace: Trace, dt_ms: float) -> str:
