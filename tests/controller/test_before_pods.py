@@ -46,14 +46,6 @@ def group(name: str = "vj", members: int = 16, *, gpus: int = 1, constraints: li
     return g
 
 
-@pytest.fixture
-def fake() -> FakeApi:
-    f = FakeApi()
-    for i in range(8):
-        f.put(kube.NODES, b.node(f"n{i}", gpus=8, rack=f"r{i // 4}"))
-    return f
-
-
 def controller(fake: FakeApi) -> Controller:
     return Controller(fake, fake.stores(), Settings(write_concurrency=4), identity="test", clock=lambda: NOW)
 

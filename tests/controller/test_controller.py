@@ -18,14 +18,6 @@ NS = "team-a"
 NOW = 1_700_000_000.0
 
 
-@pytest.fixture
-def fake() -> FakeApi:
-    f = FakeApi()
-    for i in range(8):
-        f.put(kube.NODES, b.node(f"n{i}", gpus=8, rack=f"r{i // 4}"))
-    return f
-
-
 def controller(fake: FakeApi, **kw: object) -> Controller:
     clock = kw.pop("clock", lambda: NOW)
     return Controller(fake, fake.stores(), Settings(write_concurrency=4), identity="test", clock=clock, **kw)

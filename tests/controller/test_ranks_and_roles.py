@@ -21,14 +21,6 @@ NOW = 1_700_000_000.0
 JSON = dict[str, Any]
 
 
-@pytest.fixture
-def fake() -> FakeApi:
-    f = FakeApi()
-    for i in range(8):
-        f.put(kube.NODES, b.node(f"n{i}", gpus=8, rack=f"r{i // 4}"))
-    return f
-
-
 def converge(fake: FakeApi, limit: int = 10) -> None:
     ctl = Controller(fake, fake.stores(), Settings(write_concurrency=4), identity="test", clock=lambda: NOW)
     for _ in range(limit):
