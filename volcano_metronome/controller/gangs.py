@@ -168,22 +168,33 @@ def claim_name_for(key: GangKey) -> str:
     return claim_name(key.kind, key.name)
 
 
+def claim_names(key: GangKey, obj: Mapping[str, Any] | None) -> tuple[tuple[str, str], ...]:
+    """The claims (namespace, name) a gang is looked up by name, in order: the one its object names in
+    ``metronome.dev/claim`` (if any), the derived name, then the derived ``-gang`` name (:func:`find_claim`)."""
+    named = objects.annotations_of(obj).get(api.CLAIM) if obj is not None else None
+    names = [str(named)] if named else []
+    names += [claim_name_for(key), claim_name_for(GangKey(key.namespace, key.kind, key.name + "-gang"))]
+    return tuple((key.namespace, n) for n in names)
+
+
 def find_claim(key: GangKey, obj: Mapping[str, Any] | None, claims: Mapping[tuple[str, str], ClaimView],
-                by_ref: Mapping[GangKey, list[ClaimView]]) -> tuple[str, ClaimView | None]:
+               by_ref: Mapping[GangKey, list[ClaimView]]) -> tuple[str, ClaimView | None]:
+    """The claim recording a gang and its name: one whose ``gangRef`` names the gang (placed and ours first),
+    else by name (:func:`claim_names`): the named claim when bound to no gang, else the derived one, or the
+    derived ``-gang`` one when the derived claim is bound to another gang (the name to create if none exists)."""
     refs = sorted(by_ref.get(key, ()), key=lambda c: (not c.placed, not c.ours, c.name))
     if refs:
         return refs[0].name, refs[0]
-    named = objects.annotations_of(obj).get(api.CLAIM) if obj is not None else None
-    if named:
-        claim = claims.get((key.namespace, named))
+    *named, derived, fallback = claim_names(key, obj)
+    for k in named:
+        claim = claims.get(k)
         if claim is not None and claim.gang_ref is None:
-            return named, claim
-    derived = claim_name_for(key)
-    claim = claims.get((key.namespace, derived))
+            return k[1], claim
+    claim = claims.get(derived)
     if claim is not None and claim.gang_ref not in (None, key):
-        derived = claim_name_for(GangKey(key.namespace, key.kind, key.name + "-gang"))
-        claim = claims.get((key.namespace, derived))
-    return derived, claim
+        derived = fallback
+        claim = claims.get(fallback)
+    return derived[1], claim
 
 
 def gang_view(key: GangKey, obj: JSON | None, pods: tuple[PodView, ...], claims: Mapping[tuple[str, str], ClaimView],

@@ -7,7 +7,8 @@
   belong to the Job's Workload (its owner reference).
 - A gang's STBandwidthClaim is the durable record of its decision: the claim whose ``gangRef``
   names the gang, else the claim the gang object names in ``metronome.dev/claim`` (when that claim
-  is not bound to another gang), else one the controller will create (:func:`claim_name_for`).
+  is not bound to another gang), else one the controller will create (one lookup rule:
+  ``gangs.find_claim`` over ``gangs.claim_names``).
   Whether the gang's runtime aligns its bursts (``Running.locked``) is the claim's
   ``status.locked``; a claim without it was written before lock on demand existed, when every
   placed gang aligned, so it reads as locked.
@@ -31,7 +32,7 @@ from volcano_metronome.controller.queuepolicy import QueuePolicyView
 from volcano_metronome.controller.settings import Settings
 from volcano_metronome.core.errors import InvalidInput
 from volcano_metronome.shapes.slots import scheduled_by_volcano
-from volcano_metronome.controller.gangs import claim_name_for, cluster_queue_checks, decidable_before_pods, find_claim, gang_view, member_specs, owning_workload, pod_gang_ref, workload_check
+from volcano_metronome.controller.gangs import claim_names, cluster_queue_checks, decidable_before_pods, find_claim, gang_view, member_specs, owning_workload, pod_gang_ref, workload_check
 from volcano_metronome.controller.views import PODGROUP, WORKLOAD, Changed, ClaimView, GangKey, GangView, Inputs, PodView, World
 from volcano_metronome.shapes.profiles import profile_from_spec
 
@@ -185,7 +186,7 @@ class Observer:
                     if stuck and not base.waiting_for:  # decided again once their owners have replaced them
                         base = replace(base, waiting_for=f"{len(stuck)} pod(s) pinned to vanished nodes to be replaced")
                 self._base[key] = (deps, base)
-                self._claims.looked_up(key, _claim_names(key, found))
+                self._claims.looked_up(key, claim_names(key, found))
                 if found_rv == "" or not all_rv or (claim is not None and not claim.resource_version):
                     self._volatile.add(key)
                 else:
@@ -408,14 +409,6 @@ def _objects(kept: dict[_Key, JSON], kind: str, objs: Sequence[JSON],
     kept.clear()
     kept.update(fresh)
     return dirty
-
-
-def _claim_names(key: GangKey, obj: JSON | None) -> tuple[_Key, ...]:
-    """The claims ``gangs.find_claim`` may look ``key`` up by name: the one its object names, then the derived ones."""
-    named = objects.annotations_of(obj).get(api.CLAIM) if obj is not None else None
-    names = [str(named)] if named else []
-    names += [claim_name_for(key), claim_name_for(GangKey(key.namespace, key.kind, key.name + "-gang"))]
-    return tuple((key.namespace, n) for n in names)
 
 
 def _taints(node: Mapping[str, Any]) -> str:
