@@ -9,6 +9,7 @@ gangs on the kept snapshot (then rolls back), as a real cycle does.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import replace
 from typing import Any
 
@@ -118,10 +119,13 @@ def spec_of(profile: int) -> JSON:
 
 
 def claim(gang: str, nodes: list[str], offset: int, locked: bool, profile: int, released: bool,
-          ref: bool = True, measured: int | str | None = None, adopted: int | None = None) -> JSON:
+          ref: bool = True, measured: int | str | None = None, adopted: int | None = None,
+          overflow: float | None = None) -> JSON:
     prof = spec_of(profile)
     status: JSON = {"nodes": nodes, "members": [1] * len(nodes), "offsetMs": offset,
                     "periodMs": PROFILES[profile]["period_ms"], "epoch": 0, "locked": locked}
+    if overflow is not None:
+        status["predictedOverflowGbpsMs"] = overflow
     if measured is not None:  # what the agent measured (profiledrift): a profile, or a broken one
         status["measuredProfile"] = {"periodMs": -1} if measured == "broken" else {
             **spec_of(int(measured)), "source": "agent"}
@@ -148,7 +152,8 @@ events = st.one_of(
     st.tuples(st.just("-podgroup"), st.sampled_from(GANGS)),
     st.tuples(st.just("claim"), st.sampled_from(GANGS), st.lists(node_names, min_size=1, max_size=3, unique=True),
               st.integers(0, 299), st.booleans(), st.integers(0, 2), st.booleans(), st.booleans(),
-              st.sampled_from([None, 0, 1, 2, "broken"]), st.one_of(st.none(), st.integers(0, 2))),
+              st.sampled_from([None, 0, 1, 2, "broken"]), st.one_of(st.none(), st.integers(0, 2)),
+              st.sampled_from([None, 0.0, 0.1, 0.2, 0.3, 1e-9, 12.5, 3.3e6])),  # predictedOverflowGbpsMs
     st.tuples(st.just("-claim"), st.sampled_from(GANGS)),
     st.tuples(st.just("policy"), st.sampled_from(["observe", "adopt", "bad"])),  # a catch-all QueuePolicy
     st.tuples(st.just("-policy")),
@@ -195,6 +200,12 @@ def same_world(kept: World, fresh: World) -> None:
     assert kept.warnings == fresh.warnings and kept.running() == fresh.running()
     assert kept.index == {g.key: g for g in kept.gangs}
     assert kept.pending_gangs() == [g for g in kept.gangs if g.pending]
+
+
+def same_overflow(world: World) -> None:
+    """The predicted overflow the Observer kept from the changed claims equals the sum over every claim."""
+    assert world.overflow is not None
+    assert world.predicted_overflow() == math.fsum(c.overflow_gbps_ms for c in world.claims.values())
 
 
 def changes_named(before: World | None, after: World) -> None:
@@ -246,10 +257,13 @@ def test_kept_state_equals_a_fresh_build_after_every_event(sequence: list[tuple[
         kept = observer.world(inputs)
         fresh = observe(inputs, SETTINGS)
         same_world(kept, fresh)
+        same_overflow(kept)
+        same_overflow(fresh)
         changes_named(last, kept)
         last = kept
         now = driven.world(replace(inputs, changed=stores.changes()))  # only the changed keys read
         same_world(now, fresh)
+        same_overflow(now)
         changes_named(last_driven, now)
         last_driven = now
         # Profile drift, kept (assessed again only for the gangs World.changed names) and from scratch.

@@ -2,11 +2,12 @@
 
 Views by key, the claims naming each gang (``spec.gangRef``), and which gangs looked each claim up by
 name (``gangs.find_claim``): so a changed claim names the gangs whose views may change with it, and a
-cycle re-derives only those.
+cycle re-derives only those. Also the claims' predicted overflow summed, patched per changed claim.
 """
 
 from __future__ import annotations
 
+from fractions import Fraction
 from typing import Any, Mapping, Sequence
 
 from volcano_metronome.controller.views import ClaimView, GangKey
@@ -23,6 +24,10 @@ class Claims:
         self.by_ref: dict[GangKey, list[ClaimView]] = {}
         self._users: dict[Key, set[GangKey]] = {}  # claim key -> gangs whose view looked it up by name
         self._named: dict[GangKey, tuple[Key, ...]] = {}  # gang -> the claim keys it looked up
+        # Each claim's part in the predicted overflow, and their sum kept exact (every float is a Fraction with a
+        # power-of-two denominator): adding and taking away floats would drift from a fresh sum over time.
+        self._overflow: dict[Key, float] = {}
+        self._overflow_sum = Fraction(0)
 
     def replace_all(self, objs: Sequence[Mapping[str, Any]]) -> tuple[set[GangKey], set[Key]]:
         """Read every claim (unchanged resourceVersions reuse their view); the gangs and claims affected."""
@@ -66,6 +71,17 @@ class Claims:
         if old is not None or view is not None:
             keys.add(key)
             gangs.update(self._users.get(key, ()))
+        part = view.overflow_gbps_ms if view is not None else 0.0
+        was = self._overflow.pop(key, 0.0)
+        if part:
+            self._overflow[key] = part
+        if part != was:
+            self._overflow_sum += Fraction(part) - Fraction(was)
+
+    @property
+    def overflow(self) -> float:
+        """The claims' predicted overflow, summed (``ClaimView.overflow_gbps_ms``; rounded once, like ``math.fsum``)."""
+        return float(self._overflow_sum)
 
     def _reorder(self, seen: Mapping[Key, Any]) -> None:
         """Views in the informer's order (a fresh build's), so that whatever iterates them agrees with one."""

@@ -264,8 +264,7 @@ class Controller:
         m.stranded_pods_deleted.inc(outcome.deleted_pods)
         for (kind, result), n in outcome.by_kind.items():
             m.writes.labels(kind, result).inc(n)
-        m.predicted_overflow.set(sum(float(c.status.get("predictedOverflowGbpsMs") or 0.0)
-                                     for c in world.claims.values() if c.placed))
+        m.predicted_overflow.set(world.predicted_overflow())  # kept by the Observer as claims change
         for gang in outcome.redecided:
             log.warning("gang %s: a node of its claim vanished before it was bound; released, decided again once "
                         "its members are back", gang)

@@ -86,6 +86,18 @@ class ClaimView:
         """(namespace, name)."""
         return self.namespace, self.name
 
+    @property
+    def overflow_gbps_ms(self) -> float:
+        """Its part in the predicted overflow gauge: ``status.predictedOverflowGbpsMs`` while it holds nodes, else 0
+        (also for a value that is not a finite number: the gauge sums what the decisions predicted)."""
+        if not self.placed:
+            return 0.0
+        try:
+            value = float(self.status.get("predictedOverflowGbpsMs") or 0.0)
+        except (TypeError, ValueError):
+            return 0.0
+        return value if math.isfinite(value) else 0.0
+
     def origin_offset_ms(self) -> float:
         """The offset relative to the Unix epoch, modulo the period: every claim on one time axis."""
         if self.period_ms <= 0:
@@ -209,6 +221,14 @@ class World:
     changed: frozenset[GangKey] | None = field(default=None, compare=False, repr=False)
     index: Mapping[GangKey, GangView] = field(default_factory=dict, compare=False, repr=False)  # gangs by key
     pending: frozenset[GangKey] | None = field(default=None, compare=False, repr=False)  # keys of the pending gangs
+    # The claims' predicted overflow summed, kept by the Observer as claims change (None: sum them).
+    overflow: float | None = field(default=None, compare=False, repr=False)
+
+    def predicted_overflow(self) -> float:
+        """The placed claims' predicted overflow, summed (Gbps*ms per period; exactly rounded)."""
+        if self.overflow is not None:
+            return self.overflow
+        return math.fsum(c.overflow_gbps_ms for c in self.claims.values())
 
     def pending_gangs(self) -> list[GangView]:
         """The gangs to decide, in the gangs' order (from :attr:`pending` when the Observer listed them)."""
