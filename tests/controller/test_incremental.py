@@ -26,6 +26,7 @@ from volcano_metronome.controller.quiet import Quiet
 from volcano_metronome.controller.settings import Settings
 from volcano_metronome.core.snapshot import Snapshot
 from volcano_metronome.shapes.profiles import profile_from_annotation, profile_to_spec
+from volcano_metronome.shapes.times import format_time
 
 JSON = dict[str, Any]
 SETTINGS = Settings()
@@ -120,12 +121,14 @@ def spec_of(profile: int) -> JSON:
 
 def claim(gang: str, nodes: list[str], offset: int, locked: bool, profile: int, released: bool,
           ref: bool = True, measured: int | str | None = None, adopted: int | None = None,
-          overflow: float | None = None) -> JSON:
+          overflow: float | None = None, decided_ago: float | None = None) -> JSON:
     prof = spec_of(profile)
     status: JSON = {"nodes": nodes, "members": [1] * len(nodes), "offsetMs": offset,
                     "periodMs": PROFILES[profile]["period_ms"], "epoch": 0, "locked": locked}
     if overflow is not None:
         status["predictedOverflowGbpsMs"] = overflow
+    if decided_ago is not None:  # a claim held for a PodGroup's pods is released podsTimeoutSeconds after this
+        status["decidedAt"] = format_time(NOW - decided_ago)
     if measured is not None:  # what the agent measured (profiledrift): a profile, or a broken one
         status["measuredProfile"] = {"periodMs": -1} if measured == "broken" else {
             **spec_of(int(measured)), "source": "agent"}
@@ -153,7 +156,8 @@ events = st.one_of(
     st.tuples(st.just("claim"), st.sampled_from(GANGS), st.lists(node_names, min_size=1, max_size=3, unique=True),
               st.integers(0, 299), st.booleans(), st.integers(0, 2), st.booleans(), st.booleans(),
               st.sampled_from([None, 0, 1, 2, "broken"]), st.one_of(st.none(), st.integers(0, 2)),
-              st.sampled_from([None, 0.0, 0.1, 0.2, 0.3, 1e-9, 12.5, 3.3e6])),  # predictedOverflowGbpsMs
+              st.sampled_from([None, 0.0, 0.1, 0.2, 0.3, 1e-9, 12.5, 3.3e6]),  # predictedOverflowGbpsMs
+              st.sampled_from([None, 0.0, 250.0])),  # decidedAt, seconds before the first cycle
     st.tuples(st.just("-claim"), st.sampled_from(GANGS)),
     st.tuples(st.just("policy"), st.sampled_from(["observe", "adopt", "bad"])),  # a catch-all QueuePolicy
     st.tuples(st.just("-policy")),
@@ -241,6 +245,12 @@ def same_snapshot(kept: Snapshot, fresh: Snapshot) -> None:
 @example([("podgroup", "g0", 0), ("claim", "g0", ["n0", "n1"], 0, True, 0, False, True, 1, None),
           ("policy", "adopt"), ("taint", "n3", True), ("taint", "n3", False), ("taint", "n3", True),
           ("taint", "n3", False)])
+# A claim held for a PodGroup's pods that do not come, while nothing of it changes but the clock: the plan visits
+# it every cycle (its release time, then its release) though its view stays the same (controller.podless).
+@example([("podgroup", "g0", 0, "Pending"),
+          ("claim", "g0", ["n0", "n1"], 0, True, 0, False, True, None, None, None, 250.0),
+          ("taint", "n3", True), ("taint", "n3", False), ("taint", "n3", True), ("taint", "n3", False),
+          ("taint", "n3", True), ("taint", "n3", False)])
 def test_kept_state_equals_a_fresh_build_after_every_event(sequence: list[tuple[Any, ...]]) -> None:
     stores = Stores()
     for name in NODES[:4]:

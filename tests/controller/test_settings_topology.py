@@ -22,10 +22,11 @@ def test_settings_defaults_and_full_file() -> None:
         "leaderElection": {"leaseName": "x", "leaseDurationSeconds": 30, "renewDeadlineSeconds": 20,
                            "retryPeriodSeconds": 4},
         "events": False, "cycleDebounceMs": 0, "reconfigureLeadMs": 2000, "watchTimeoutSeconds": 60,
-        "bindAddress": "127.0.0.1"})
+        "bindAddress": "127.0.0.1", "podsTimeoutSeconds": 0})
     assert s.grid == SlotGrid(10.0, 5040) and s.gpu_resource == "amd.com/gpu"
     assert s.default_capacities.tier(3) == 3200 and s.default_capacities.tier(7) == 3200
     assert s.lease_namespace == "sys" and s.leader_election.lease_duration_s == 30 and not s.events
+    assert s.pods_timeout_s == 0 and Settings().pods_timeout_s == 300
 
 
 @pytest.mark.parametrize("data, field, fragment", [
@@ -36,6 +37,8 @@ def test_settings_defaults_and_full_file() -> None:
     ({"leaderElection": {"renewDeadlineSeconds": 20}}, "leaderElection", "renewDeadlineSeconds < leaseDuration"),
     ({"healthPort": 70000}, "healthPort", "an integer in [0, 65535]"),
     ({"slotMs": 11}, "maxHyperperiodMs", "whole number of slots"),
+    ({"podsTimeoutSeconds": -1}, "podsTimeoutSeconds", "got -1, expected a number in [0, 604800]"),
+    ({"podsTimeoutSeconds": "5m"}, "podsTimeoutSeconds", "got '5m', expected a number"),
 ])
 def test_settings_errors_name_field_value_and_expectation(data: dict, field: str, fragment: str) -> None:
     with pytest.raises(InvalidInput) as err:

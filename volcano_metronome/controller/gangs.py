@@ -14,8 +14,8 @@ from volcano_metronome.controller.settings import Settings
 from volcano_metronome.core.errors import InvalidInput
 from volcano_metronome.core.profile import Profile
 from volcano_metronome.shapes.refs import claim_name
-from volcano_metronome.controller.views import (GANG_KINDS, PODGROUP, WORKLOAD, AdmissionCheckState, ClaimView, GangKey,
-                                                GangView, PodView)
+from volcano_metronome.controller.views import (GANG_KINDS, PODGROUP, PODS_TIMEOUT, WORKLOAD, AdmissionCheckState,
+                                                ClaimView, GangKey, GangView, PodView)
 from volcano_metronome.shapes.profiles import profile_from_annotation
 
 
@@ -84,6 +84,11 @@ def decidable_before_pods(obj: Mapping[str, Any]) -> bool:
     ann = objects.annotations_of(obj)
     return (api.POD_CONSTRAINTS in ann and (api.PROFILE in ann or api.PROFILE_ERROR in ann)
             and _before_pods(obj) == "")
+
+
+def before_pods(obj: Mapping[str, Any]) -> bool:
+    """Whether a PodGroup's pods are still to come: Volcano has not run any (its phase is one before pods)."""
+    return _before_pods(obj) == ""
 
 
 def _before_pods(obj: Mapping[str, Any]) -> str:
@@ -220,7 +225,7 @@ def gang_view(key: GangKey, obj: JSON | None, pods: tuple[PodView, ...], claims:
     priority = _priority(key, obj, pods, claim)
     created = objects.created_s(obj) if obj is not None else min((p.created_s for p in pods), default=0.0)
     finished = _finished(key, obj, pods)
-    waiting = _waiting(key, obj, pods, size, check)
+    waiting = _waiting(key, obj, pods, size, check, claim)
     return GangView(key=key, obj=obj, claim_name=claim_name, claim=claim, profile=profile,
                     profile_error=profile_error, size=size, gpus_per_member=gpm, priority=priority,
                     created_s=created, pods=pods, policy=pol.name if pol is not None else policies.DEFAULT_NAME,
@@ -304,8 +309,18 @@ def _finished(key: GangKey, obj: Mapping[str, Any] | None, pods: Sequence[PodVie
     return False
 
 
+def _pods_timed_out(claim: ClaimView | None) -> str:
+    """Why a PodGroup whose claim was released for want of pods is not decided again before they come."""
+    if claim is None or claim.placed:
+        return ""
+    placed = next((c for c in claim.conditions if c.get("type") == "Placed"), None)
+    if placed is None or placed.get("reason") != PODS_TIMEOUT:
+        return ""
+    return "no pods yet (its claim was released: none came within podsTimeoutSeconds): waiting for its pods"
+
+
 def _waiting(key: GangKey, obj: Mapping[str, Any] | None, pods: Sequence[PodView], size: int,
-             check: AdmissionCheckState | None) -> str:
+             check: AdmissionCheckState | None, claim: ClaimView | None = None) -> str:
     if check is not None:
         if check.state in ("Ready", "Retry", "Rejected"):
             return f"admission check {check.name} is {check.state}"
@@ -313,8 +328,9 @@ def _waiting(key: GangKey, obj: Mapping[str, Any] | None, pods: Sequence[PodView
             return "waiting for Kueue to reserve quota"
         return ""
     if not pods and key.kind == PODGROUP and obj is not None:
-        # Decided now, before Volcano creates its pods: they are created placed.
-        return _before_pods(obj) or podgroup_templates(obj)[1]
+        # Decided now, before Volcano creates its pods: they are created placed. Unless its claim was released
+        # because they did not come in time (controller.podless): then it waits for them.
+        return _before_pods(obj) or podgroup_templates(obj)[1] or _pods_timed_out(claim)
     if not any(p.gated for p in pods):
         return "no gated pods"
     if len(pods) < size:

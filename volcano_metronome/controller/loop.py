@@ -121,6 +121,7 @@ class Controller:
         self._fingerprinted: tuple[object, tuple[str, ...]] = (None, ())
         self.last_world: World | None = None
         self._reported: dict[str, str] = {}  # gang key -> last no-fit reason announced by an Event
+        self.wake_at: float | None = None  # clock() time of the next release of a claim whose pods did not come
         # Keys the informers reported since the last cycle (CHANGE_TRACKED); the Observer reads only
         # those once every tracked store feeds :meth:`watcher` (else it walks every object).
         self._changes: dict[str, set[tuple[str | None, str]]] = {}
@@ -182,6 +183,7 @@ class Controller:
         plan = thought.plan
         outcome = self.writer.apply(plan) if plan.writes else Outcome()
         self._remember_reports(plan, outcome)
+        self.wake_at = plan.wake_at_s
         self._record(thought.world, plan, outcome, thought.decided.results, thought.decide_s,
                      self.monotonic() - started)
         profiledrift.record(thought.drift, self.metrics)
@@ -261,10 +263,14 @@ class Controller:
         m.unlocks.inc(len(outcome.unlocked))
         m.ungated_pods.inc(outcome.ungated)
         m.redecisions.inc(len(outcome.redecided))
+        m.pods_timeouts.inc(len(outcome.timed_out))
         m.stranded_pods_deleted.inc(outcome.deleted_pods)
         for (kind, result), n in outcome.by_kind.items():
             m.writes.labels(kind, result).inc(n)
         m.predicted_overflow.set(world.predicted_overflow())  # kept by the Observer as claims change
+        for gang in outcome.timed_out:
+            log.warning("gang %s: no pod came within podsTimeoutSeconds (%g s) of its decision before its pods; "
+                        "claim released, decided again once its pods are created", gang, self.settings.pods_timeout_s)
         for gang in outcome.redecided:
             log.warning("gang %s: a node of its claim vanished before it was bound; released, decided again once "
                         "its members are back", gang)
@@ -281,8 +287,10 @@ class Controller:
         self.dirty.set()
         while not stop.is_set():
             self.heartbeat = self.monotonic()
-            # Wake at least every second so that a stop request is seen promptly.
-            if not self.dirty.wait(timeout=1.0) and self.monotonic() - last < self.settings.resync_s:
+            # Wake at least every second so that a stop request is seen promptly (and a claim held for pods that
+            # have not come is released within a second of its time).
+            if not self.dirty.wait(timeout=1.0) and self.monotonic() - last < self.settings.resync_s and (
+                    self.wake_at is None or self.clock() < self.wake_at):
                 continue
             if stop.is_set():
                 return

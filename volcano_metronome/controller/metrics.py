@@ -58,6 +58,8 @@ class Metrics:
                                    "decided again: a node of it vanished before the gang was bound", registry=r)
         self.stranded_pods_deleted = Counter(f"{_PREFIX}_stranded_pods_deleted", "Unbound pods pinned to a vanished "
                                              "node deleted for their owners to recreate", registry=r)
+        self.pods_timeouts = Counter(f"{_PREFIX}_pods_timeout_releases", "Claims decided for a PodGroup before its "
+                                     "pods, released because no pod came within podsTimeoutSeconds", registry=r)
         self.predicted_overflow = Gauge(f"{_PREFIX}_predicted_overflow_gbps_ms",
                                         "Predicted overflow of the placed gangs, Gbps*ms per period, summed",
                                         registry=r)

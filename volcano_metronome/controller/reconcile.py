@@ -45,13 +45,13 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from volcano_metronome import api
-from volcano_metronome.controller import objects, ranks, statuses, vanished
+from volcano_metronome.controller import objects, podless, ranks, statuses, vanished
 from volcano_metronome.controller.quiet import Quiet, share_of
 from volcano_metronome.controller.epochs import epoch_at_or_after, epoch_at_or_before
 from volcano_metronome.controller.constraints import assign
 from volcano_metronome.shapes import JSON
-from volcano_metronome.controller.views import (GANG_API_VERSIONS, RELEASED, ClaimView, GangKey, GangView, PodView,
-                                                World)
+from volcano_metronome.controller.views import (GANG_API_VERSIONS, PODS_TIMEOUT, RELEASED, ClaimView, GangKey, GangView,
+                                                PodView, World)
 from volcano_metronome.controller.settings import Settings
 from volcano_metronome.core.decision import Decision, NoFit
 from volcano_metronome.core.errors import InvalidInput
@@ -60,7 +60,7 @@ from volcano_metronome.core.reoptimize import Move
 from volcano_metronome.core.topology import Topology
 from volcano_metronome.shapes.slots import timing_annotations
 from volcano_metronome.controller.deciding import UNDECIDABLE, Decided, Reoptimised, no_fit_category
-from volcano_metronome.controller.writes import LOCKED, REDECIDING, UNLOCKED, ClaimStatus, CreateClaim, DeleteClaim, DeletePod, Event, GangWrites, Plan, PodPatch, WorkloadCheck
+from volcano_metronome.controller.writes import LOCKED, REDECIDING, TIMED_OUT, UNLOCKED, ClaimStatus, CreateClaim, DeleteClaim, DeletePod, Event, GangWrites, Plan, PodPatch, WorkloadCheck
 from volcano_metronome.shapes.profiles import profile_to_spec
 from volcano_metronome.shapes.times import format_time
 
@@ -109,6 +109,7 @@ def plan(world: World, decided: Decided, settings: Settings, now_s: float,
     gang_writes: list[GangWrites] = []
     loud: set[GangKey] = set()
     drifted = pending = placed = 0
+    wake: float | None = None  # the first moment a claim held for pods that have not come is released
     counts: dict[str, list[int]] = {}
     for gang in gangs:
         uid = gang.uid
@@ -123,14 +124,21 @@ def plan(world: World, decided: Decided, settings: Settings, now_s: float,
         drift = gang.placed and not gang.finished and gang.claim is not None and bool(drift_message(gang.claim,
                                                                                                     gang.pods))
         cacheable = True
+        due = podless.deadline(gang, settings.pods_timeout_s)
+        if due is not None:  # visited every cycle until its pods come or it is released: the clock decides
+            cacheable = False
         if gang.finished:
             w = _release(gang.claim, gang, now_s)
         elif (lost := vanished.loss(gang, live)) is not None:
             w = _redecide(gang, lost, settings, now_s)
+        elif due is not None and due <= now_s:
+            w = _time_out(gang, settings, now_s)
         elif isinstance(result, Decision):
             w = _place(gang, result, settings, now_s, now_ms, locked=result.locked or gang.uid in decided.locks,
                        topology=world.topology)
             w = dataclasses.replace(w, requires=tuple(sorted(keys[u] for u in result.locks if u in keys)))
+            if settings.pods_timeout_s > 0 and podless.awaiting_pods(gang):  # a hold from now (decidedAt)
+                due = now_s + settings.pods_timeout_s
         elif isinstance(result, NoFit):
             w = _no_fit(gang, result.reason, world, now_s, reported)
         elif gang.placed and gang.claim is not None:
@@ -157,6 +165,8 @@ def plan(world: World, decided: Decided, settings: Settings, now_s: float,
         count = counts.setdefault(share.policy, [0, 0])
         count[0] += share.governed
         count[1] += share.governing_placed
+        if due is not None and due > now_s:
+            wake = due if wake is None else min(wake, due)
         if w:
             gang_writes.append(w)
     q.loud = loud
@@ -177,7 +187,7 @@ def plan(world: World, decided: Decided, settings: Settings, now_s: float,
     other = statuses.admission_checks_active(world, now_s) + statuses.policy_statuses(
         world, decided, now_s, {name: (c[0], c[1]) for name, c in counts.items()})
     return Plan(tuple(gang_writes), tuple(other), tuple(decided.results.values()), tuple(moves),
-                pending + q.totals[0], placed + q.totals[1], drifted + q.totals[2])
+                pending + q.totals[0], placed + q.totals[1], drifted + q.totals[2], wake_at_s=wake)
 
 
 def regarding(gang: GangView) -> JSON:
@@ -469,6 +479,19 @@ def _redecide(gang: GangView, lost: vanished.Loss, settings: Settings, now_s: fl
         for p in lost.doomed)
     return GangWrites(str(gang.key), writes, deletes, tuple(after), transition=REDECIDING if lost.release else "",
                       vanished=lost.nodes)
+
+
+def _time_out(gang: GangView, settings: Settings, now_s: float) -> GangWrites:
+    """Release a claim held for a PodGroup whose pods did not come within ``podsTimeoutSeconds`` (``controller.podless``);
+    the gang waits for its pods (``gangs._waiting``) and is decided again once they are there."""
+    claim = gang.claim
+    assert claim is not None
+    message = podless.message(settings.pods_timeout_s)
+    conds = objects.set_condition(claim.conditions, PLACED, "False", PODS_TIMEOUT, message, now_s)
+    status = {"nodes": [], "members": [], "links": [], "conditions": conds}
+    after = (Event(regarding(gang), PODS_TIMEOUT, message, "Warning"),) if settings.events else ()
+    return GangWrites(str(gang.key), (ClaimStatus(claim.namespace, claim.name, claim.resource_version, status),),
+                      (), after, transition=TIMED_OUT)
 
 
 def _release(claim: ClaimView | None, gang: GangView | None, now_s: float) -> GangWrites:

@@ -67,6 +67,9 @@ class Settings:
     watch_timeout_s: int = 300
     node_selector: str = ""  # label selector of the nodes the controller places gangs on ("" = all)
     watch_namespace: str = ""  # the one namespace whose gangs it manages ("" = all namespaces)
+    # A claim decided for a Volcano PodGroup before its pods is released when no pod came this long after the
+    # decision (0: held until the pods come or the group goes).
+    pods_timeout_s: float = 300.0
 
     @property
     def grid(self) -> SlotGrid:
@@ -83,7 +86,7 @@ _TOP = {
     "slotMs", "maxHyperperiodMs", "gpuResource", "rackLabel", "zoneLabel", "defaultCapacities", "resyncSeconds",
     "namespace", "leaderElection", "healthPort", "bindAddress", "writeConcurrency", "cycleDebounceMs",
     "reconfigureLeadMs", "events", "watchTimeoutSeconds", "nodeSelector",
-    "watchNamespace",
+    "watchNamespace", "podsTimeoutSeconds",
 }
 _LEADER = {"enabled", "leaseName", "leaseNamespace", "leaseDurationSeconds", "renewDeadlineSeconds",
            "retryPeriodSeconds"}
@@ -126,6 +129,9 @@ def parse(data: Any, base: Settings | None = None) -> Settings:
         out["events"] = fields.boolean(data["events"], "events")
     if "watchTimeoutSeconds" in data:
         out["watch_timeout_s"] = fields.integer(data["watchTimeoutSeconds"], "watchTimeoutSeconds", 10, 3600)
+    if "podsTimeoutSeconds" in data:
+        out["pods_timeout_s"] = fields.number(data["podsTimeoutSeconds"], "podsTimeoutSeconds", minimum=0.0,
+                                              maximum=604_800.0)
     settings = dataclasses.replace(base, **out)
     try:
         settings.grid  # noqa: B018 - validates slotMs against maxHyperperiodMs

@@ -23,6 +23,7 @@ GANG_KINDS = (PODGROUP, WORKLOAD, JOB)
 # urllib), so tests/controller/test_views.py holds the two equal.
 GANG_API_VERSIONS = {PODGROUP: "scheduling.volcano.sh/v1beta1", WORKLOAD: "kueue.x-k8s.io/v1beta2", JOB: "batch/v1"}
 RELEASED = "Released"
+PODS_TIMEOUT = "PodsTimeout"  # Placed=False reason (and Event) of a claim released because its pods did not come
 
 
 @dataclass(frozen=True, order=True)

@@ -20,7 +20,7 @@ from typing import Any, Callable, Protocol, Sequence
 from volcano_metronome import kube
 from volcano_metronome.controller.cache import Overlay
 from volcano_metronome.shapes import JSON
-from volcano_metronome.controller.writes import (LOCKED, REDECIDING, UNLOCKED, ClaimStatus, CreateClaim, DeleteClaim,
+from volcano_metronome.controller.writes import (LOCKED, REDECIDING, TIMED_OUT, UNLOCKED, ClaimStatus, CreateClaim, DeleteClaim,
                                                  DeletePod, Event, GangWrites, Plan, PodPatch, StatusPatch,
                                                  WorkloadCheck)
 from volcano_metronome.kube import Conflict, KubeError, NotFound, Resource
@@ -63,6 +63,7 @@ class Outcome:
     locked: list[str] = field(default_factory=list)  # running gangs told to align, all their writes done
     unlocked: list[str] = field(default_factory=list)  # running gangs let run free, all their writes done
     redecided: list[str] = field(default_factory=list)  # claims released for a vanished node, all writes done
+    timed_out: list[str] = field(default_factory=list)  # claims released: their pods did not come, all writes done
     deleted_pods: int = 0  # pods stranded on a vanished node deleted for their owners to recreate
     failed: list[str] = field(default_factory=list)
     by_kind: dict[tuple[str, str], int] = field(default_factory=dict)
@@ -116,7 +117,8 @@ class Writer:
             if good and g.placed:
                 out.placed.append(g.gang)
             if good and g.transition:
-                {LOCKED: out.locked, UNLOCKED: out.unlocked, REDECIDING: out.redecided}[g.transition].append(g.gang)
+                {LOCKED: out.locked, UNLOCKED: out.unlocked, REDECIDING: out.redecided,
+                 TIMED_OUT: out.timed_out}[g.transition].append(g.gang)
         out.failed = sorted({g.gang for g in gangs} - {g.gang for g, good in zip(finish, done) if good})
         self._map(lambda s: self._status(s, out), list(plan.other))
         return out

@@ -10,7 +10,7 @@ from volcano_metronome.core.decision import Decision, NoFit
 from volcano_metronome.core.reoptimize import Move
 
 
-LOCKED, UNLOCKED, REDECIDING = "Locked", "Unlocked", vanished.REDECIDING
+LOCKED, UNLOCKED, REDECIDING, TIMED_OUT = "Locked", "Unlocked", vanished.REDECIDING, "PodsTimeout"
 
 
 @dataclass(frozen=True)
@@ -112,7 +112,8 @@ class GangWrites:
     after: tuple[WorkloadCheck | Event, ...] = ()
     placed: bool = False  # this plan records a new decision for the gang
     requires: tuple[str, ...] = ()
-    transition: str = ""  # LOCKED, UNLOCKED or REDECIDING when this plan locks, unlocks or releases a gang
+    # LOCKED, UNLOCKED, REDECIDING or TIMED_OUT when this plan locks, unlocks or releases a gang
+    transition: str = ""
     vanished: tuple[str, ...] = ()
 
     def __bool__(self) -> bool:
@@ -130,6 +131,7 @@ class Plan:
     pending: int = 0
     placed: int = 0
     drifted: int = 0  # placed gangs with pods bound outside their node set
+    wake_at_s: float | None = None  # when the first claim held for pods that have not come is due for release
 
     @property
     def writes(self) -> int:
