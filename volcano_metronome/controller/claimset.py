@@ -7,7 +7,7 @@ cycle re-derives only those. Also the claims' predicted overflow summed, patched
 
 from __future__ import annotations
 
-from fractions import Fraction
+import math
 from typing import Any, Mapping, Sequence
 
 from volcano_metronome.controller.views import ClaimView, GangKey
@@ -24,10 +24,10 @@ class Claims:
         self.by_ref: dict[GangKey, list[ClaimView]] = {}
         self._users: dict[Key, set[GangKey]] = {}  # claim key -> gangs whose view looked it up by name
         self._named: dict[GangKey, tuple[Key, ...]] = {}  # gang -> the claim keys it looked up
-        # Each claim's part in the predicted overflow, and their sum kept exact (every float is a Fraction with a
-        # power-of-two denominator): adding and taking away floats would drift from a fresh sum over time.
+        # Each claim's part in the predicted overflow, and their sum kept exact as a whole number of 2**-1074 (every
+        # finite float is one): adding and taking away floats would drift from a fresh sum over time.
         self._overflow: dict[Key, float] = {}
-        self._overflow_sum = Fraction(0)
+        self._overflow_sum = 0
 
     def replace_all(self, objs: Sequence[Mapping[str, Any]]) -> tuple[set[GangKey], set[Key]]:
         """Read every claim (unchanged resourceVersions reuse their view); the gangs and claims affected."""
@@ -76,12 +76,15 @@ class Claims:
         if part:
             self._overflow[key] = part
         if part != was:
-            self._overflow_sum += Fraction(part) - Fraction(was)
+            self._overflow_sum += _units(part) - _units(was)
 
     @property
     def overflow(self) -> float:
         """The claims' predicted overflow, summed (``ClaimView.overflow_gbps_ms``; rounded once, like ``math.fsum``)."""
-        return float(self._overflow_sum)
+        try:
+            return self._overflow_sum / _ONE  # int / int is correctly rounded
+        except OverflowError:
+            return math.inf if self._overflow_sum > 0 else -math.inf
 
     def _reorder(self, seen: Mapping[Key, Any]) -> None:
         """Views in the informer's order (a fresh build's), so that whatever iterates them agrees with one."""
@@ -105,3 +108,13 @@ class Claims:
                 self._users.setdefault(k, set()).add(gang)
         else:
             self._named.pop(gang, None)
+
+
+_SHIFT = 1074  # 2**-1074 is the smallest float: every finite float is a whole number of it
+_ONE = 1 << _SHIFT
+
+
+def _units(value: float) -> int:
+    """A finite float as a whole number of 2**-1074, exactly."""
+    num, den = value.as_integer_ratio()  # den is a power of two
+    return num << (_SHIFT - den.bit_length() + 1)
