@@ -1,0 +1,109 @@
+"""A Volcano Job's PodGroup decided before its pods, whose pods do not come in time: its claim is released.
+
+Real kube-apiserver + etcd, our webhook (HTTPS, real certificate) and our controller as a subprocess with
+``podsTimeoutSeconds: 4``. No Volcano runs, so nothing enqueues the PodGroup: as with a full queue, its pods
+are not created. The claim decided for it must be released after the timeout (``Placed=False``, reason
+``PodsTimeout``, a Warning Event on the PodGroup, the metric), stay released while no pod comes, and the
+gang must be decided again once its pods are created: gated by the webhook, then pinned and ungated by the
+controller.
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import time
+
+from tests.controller import builders as b
+from tests.controller.cluster import Cluster, ControllerProcess, start_controller, wait_until
+from tests.integration.test_placed_pods import register_volcano, webhook  # noqa: F401 - the fixture
+from volcano_metronome import api, kube
+from volcano_metronome.controller import objects
+from volcano_metronome.shapes.times import parse_time
+
+TIMEOUT_S = 4
+
+
+def test_a_podgroup_whose_pods_never_come_is_released_then_decided_again_with_its_pods(
+        cluster: Cluster, tmp_path: pathlib.Path, controllers: list[ControllerProcess],
+        webhook: tuple[str, bytes]) -> None:  # noqa: F811
+    cluster.nodes(3, gpus=8)
+    ns = cluster.namespace()
+    hook = register_volcano(cluster, ns, *webhook)
+    try:
+        template = b.pod(ns, "unused", "vj", gpus=4, gates=(), with_profile=False)
+        job = cluster.k.create(kube.VOLCANO_JOBS, {
+            "apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job",
+            "metadata": {"name": "vj", "namespace": ns, "annotations": {api.MODEL: "resnet50"}},
+            "spec": {"schedulerName": "volcano", "queue": "default", "tasks": [{
+                "name": "worker", "replicas": 4, "template": {"spec": {
+                    "containers": template["spec"]["containers"], "restartPolicy": "Never"}}}]}}, ns)
+        assert json.loads(objects.annotations_of(job)[api.POD_CONSTRAINTS]) == [{}]
+        group = f"vj-{job['metadata']['uid']}"  # as vc-controller-manager names and owns it, Pending
+        cluster.k.create(kube.PODGROUPS, {
+            "apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "PodGroup",
+            "metadata": {"name": group, "namespace": ns, "annotations": objects.annotations_of(job),
+                         "ownerReferences": [{"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job", "name": "vj",
+                                              "uid": job["metadata"]["uid"], "controller": True,
+                                              "blockOwnerDeletion": True}]},
+            "spec": {"minMember": 4, "minTaskMember": {"worker": 4}, "queue": "default",
+                     "minResources": {b.GPU: "16"}}}, ns)
+        ctl = start_controller(cluster, tmp_path, controllers, ns, extra_settings={"podsTimeoutSeconds": TIMEOUT_S})
+        name = f"podgroup-{group}"
+        claim = wait_until(lambda: (c := cluster.claims(ns).get(name)) and (c.get("status") or {}).get("nodes") and c,
+                           60, lambda: f"the PodGroup decided without pods\n{ctl.logs()}")
+        decided_at = parse_time(claim["status"]["decidedAt"])
+        assert decided_at is not None and not cluster.k.list(kube.PODS, ns)["items"]
+
+        def released() -> dict | None:
+            c = cluster.claims(ns)[name]
+            return c if not c["status"].get("nodes") else None
+
+        claim = wait_until(released, 30, lambda: f"the claim released after {TIMEOUT_S} s\n{ctl.logs()}")
+        seen = time.time()
+        placed = objects.condition(claim, "Placed")
+        assert placed is not None and placed["status"] == "False" and placed["reason"] == "PodsTimeout"
+        assert f"podsTimeoutSeconds ({TIMEOUT_S} s)" in placed["message"]
+        released_at = parse_time(placed["lastTransitionTime"])
+        assert released_at is not None and released_at >= decided_at + TIMEOUT_S  # not before its time
+        assert seen - (decided_at + TIMEOUT_S) < 10  # and soon after it, without waiting for a resync
+        events = wait_until(lambda: [e for e in cluster.k.list(kube.EVENTS, ns)["items"]
+                                     if e["reason"] == "PodsTimeout"], 10, "the PodsTimeout Event")
+        assert len(events) == 1 and events[0]["type"] == "Warning"
+        assert events[0]["regarding"]["kind"] == "PodGroup" and events[0]["regarding"]["name"] == group
+        wait_until(lambda: ctl.metric("metronome_controller_pods_timeout_releases_total") == 1.0, 10,
+                   "the release counted")
+
+        # Still no pods: the gang waits for them (not decided again), however many cycles run.
+        cycles = "metronome_controller_cycle_seconds_count"
+        start = ctl.metric(cycles) or 0
+        cluster.k.patch(kube.PODGROUPS, ns, group, {"metadata": {"labels": {"nudge": "1"}}})  # wake it
+        wait_until(lambda: (ctl.metric(cycles) or 0) >= start + 2, 60, lambda: f"two more cycles\n{ctl.logs()}")
+        assert objects.resource_version(cluster.claims(ns)[name]) == objects.resource_version(claim)
+
+        # Volcano enqueues the group at last and creates the pods: gated by the webhook (the claim holds no
+        # nodes), then decided again and released by the controller.
+        pods = b.volcano_task_pods(ns, group, [("worker", 4, 4)])
+        for p in pods:  # as Volcano's job controller creates them from the template: none of our gang keys
+            p["spec"].pop("schedulingGates")
+            p["metadata"]["labels"].pop(api.MANAGED_LABEL)
+            for key in (api.GANG_KIND, api.GANG_NAME, api.PROFILE, api.PROFILE_SOURCE):
+                p["metadata"]["annotations"].pop(key)
+        created = [cluster.k.create(kube.PODS, p, ns) for p in pods]
+        assert all(objects.gated_by_us(p) for p in created), [p["spec"].get("schedulingGates") for p in created]
+
+        def placed_again() -> dict | None:
+            c = cluster.claims(ns)[name]
+            return c if c["status"].get("nodes") and objects.condition(c, "Placed")["status"] == "True" else None
+
+        claim = wait_until(placed_again, 60, lambda: f"decided again with its pods\n{ctl.logs()}")
+        nodes = tuple(claim["status"]["nodes"])
+
+        def ungated() -> bool:
+            return all(not objects.gates(p) and objects.pinned_nodes(p) == nodes
+                       for p in cluster.k.list(kube.PODS, ns)["items"])
+
+        wait_until(ungated, 60, lambda: f"the pods pinned and ungated\n{ctl.logs()}")
+        assert "Traceback" not in ctl.logs()
+    finally:
+        cluster.k.request("DELETE", kube.MUTATING_WEBHOOKS.path(None, hook))
