@@ -354,7 +354,7 @@ def test_configmaps_pass_settings_through() -> None:
     assert controller == {"slotMs": 5, "maxHyperperiodMs": 25200, "gpuResource": "nvidia.com/gpu",
                           "rackLabel": "metronome.dev/rack", "zoneLabel": "topology.kubernetes.io/zone",
                           "defaultCapacities": {"nicGbps": 100, "tierGbps": {"1": 400, "2": 800}},
-                          "resyncSeconds": 30,
+                          "resyncSeconds": 30, "podsTimeoutSeconds": 300,
                           # owned by the chart, so that the Lease RBAC, probes and Service agree with it
                           "namespace": NAMESPACE, "healthPort": 8080,
                           "leaderElection": {"leaseName": f"{FULL}-controller"}}
