@@ -12,7 +12,6 @@ import time
 
 import pytest
 
-from tests.controller import builders as b
 from tests.controller.fake import FakeApi
 from tests.controller.test_before_pods import NOW, NS, controller, create_pods, group, webhook
 from volcano_metronome import kube

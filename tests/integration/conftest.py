@@ -108,3 +108,47 @@ def upstream_dir() -> pathlib.Path:
     from volcano_metronome.devtools.sources import upstream_dir as find
 
     return find()
+
+
+@pytest.fixture
+def webhook(cluster: "Cluster", tmp_path: pathlib.Path) -> Iterator[tuple[str, bytes]]:
+    """Our webhook on loopback (HTTPS, a real certificate): (base URL, CA PEM); stopped afterwards."""
+    import ssl
+    import subprocess
+    import urllib.request
+
+    from tests.controller.cluster import free_port, wait_until
+    from volcano_metronome.certs import pki
+    from volcano_metronome.devtools import components, sources
+
+    certs = tmp_path / "certs"
+    ca = pki.make_ca("placed-test-ca")
+    ca.write(certs / "ca.crt", certs / "ca.key")
+    pki.make_serving_cert(ca, dns_names=["localhost"], ip_addresses=["127.0.0.1"]).write(certs / "tls.crt",
+                                                                                          certs / "tls.key")
+    port = free_port()
+    args = components.webhook_args(cert_dir=certs, port=port, kubeconfig=cluster.kubeconfig,
+                                   metrics_dir=tmp_path / "metrics")
+    log = open(tmp_path / "webhook.log", "ab")
+    proc = subprocess.Popen(args + ["--access-log", "off"], stdout=log, stderr=subprocess.STDOUT,
+                            env=components.python_env(sources.repo_root()), start_new_session=True)
+    log.close()
+    context = ssl.create_default_context(cafile=str(certs / "ca.crt"))
+
+    def ready() -> bool:
+        try:
+            with urllib.request.urlopen(f"https://127.0.0.1:{port}/readyz", context=context, timeout=2) as r:
+                return r.status == 200
+        except OSError:
+            return False
+
+    try:
+        wait_until(ready, 60, lambda: f"webhook ready\n{(tmp_path / 'webhook.log').read_text()[-3000:]}")
+        yield f"https://127.0.0.1:{port}", (certs / "ca.crt").read_bytes()
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)

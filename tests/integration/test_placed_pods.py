@@ -12,60 +12,17 @@ from __future__ import annotations
 
 import json
 import pathlib
-import ssl
-import subprocess
 import time
-import urllib.request
-from typing import Any, Iterator
-
-import pytest
+from typing import Any
 
 from tests.controller import builders as b
-from tests.controller.cluster import Cluster, ControllerProcess, claim_timing, free_port, start_controller, wait_until
+from tests.controller.cluster import Cluster, ControllerProcess, claim_timing, start_controller, wait_until
 from volcano_metronome import api, kube
-from volcano_metronome.certs import pki
 from volcano_metronome.controller import objects
-from volcano_metronome.devtools import components, sources
 from volcano_metronome.shapes.profiles import profile_from_annotation, profile_to_spec
 from volcano_metronome.shapes.times import format_time
 
 JSON = dict[str, Any]
-
-
-@pytest.fixture
-def webhook(cluster: Cluster, tmp_path: pathlib.Path) -> Iterator[tuple[str, bytes]]:
-    """Our webhook on loopback: (base URL, CA PEM); stopped afterwards."""
-    certs = tmp_path / "certs"
-    ca = pki.make_ca("placed-test-ca")
-    ca.write(certs / "ca.crt", certs / "ca.key")
-    pki.make_serving_cert(ca, dns_names=["localhost"], ip_addresses=["127.0.0.1"]).write(certs / "tls.crt",
-                                                                                          certs / "tls.key")
-    port = free_port()
-    args = components.webhook_args(cert_dir=certs, port=port, kubeconfig=cluster.kubeconfig,
-                                   metrics_dir=tmp_path / "metrics")
-    log = open(tmp_path / "webhook.log", "ab")
-    proc = subprocess.Popen(args + ["--access-log", "off"], stdout=log, stderr=subprocess.STDOUT,
-                            env=components.python_env(sources.repo_root()), start_new_session=True)
-    log.close()
-    context = ssl.create_default_context(cafile=str(certs / "ca.crt"))
-
-    def ready() -> bool:
-        try:
-            with urllib.request.urlopen(f"https://127.0.0.1:{port}/readyz", context=context, timeout=2) as r:
-                return r.status == 200
-        except OSError:
-            return False
-
-    try:
-        wait_until(ready, 60, lambda: f"webhook ready\n{(tmp_path / 'webhook.log').read_text()[-3000:]}")
-        yield f"https://127.0.0.1:{port}", (certs / "ca.crt").read_bytes()
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
 
 
 def register(cluster: Cluster, ns: str, url: str, ca_pem: bytes) -> str:

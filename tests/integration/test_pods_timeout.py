@@ -16,7 +16,7 @@ import time
 
 from tests.controller import builders as b
 from tests.controller.cluster import Cluster, ControllerProcess, start_controller, wait_until
-from tests.integration.test_placed_pods import register_volcano, webhook  # noqa: F401 - the fixture
+from tests.integration.test_placed_pods import register_volcano
 from volcano_metronome import api, kube
 from volcano_metronome.controller import objects
 from volcano_metronome.shapes.times import parse_time
@@ -26,7 +26,7 @@ TIMEOUT_S = 4
 
 def test_a_podgroup_whose_pods_never_come_is_released_then_decided_again_with_its_pods(
         cluster: Cluster, tmp_path: pathlib.Path, controllers: list[ControllerProcess],
-        webhook: tuple[str, bytes]) -> None:  # noqa: F811
+        webhook: tuple[str, bytes]) -> None:
     cluster.nodes(3, gpus=8)
     ns = cluster.namespace()
     hook = register_volcano(cluster, ns, *webhook)
