@@ -22,6 +22,7 @@ it with 50 slow connections open).
 from __future__ import annotations
 
 import errno
+import gc
 import logging
 import socket
 import ssl
@@ -29,7 +30,7 @@ import time
 from typing import Any, Callable
 
 import gevent
-from gunicorn import http, util
+from gunicorn import SERVER, http, util
 from gunicorn.workers.ggevent import GeventWorker
 
 HANDSHAKE_SECONDS = 5.0
@@ -148,6 +149,63 @@ class WebhookWorker(GeventWorker):  # type: ignore[misc]  # gunicorn ships no ty
     context_source: ContextSource | None = None
     cert_file = ""
     key_file = ""
+    #: ``mutate(content_length, stream) -> (status, body)`` of the app, and the logger's ``request``
+    #: (both set once the app is loaded; without them every request takes gunicorn's path).
+    _mutate: Callable[[str | None, Any], tuple[str, bytes]] | None = None
+    _log_request: Callable[..., None] | None = None
+
+    def load_wsgi(self) -> None:
+        """Load the app, find its ``POST /mutate`` entry point, then keep the start-up objects out of GC."""
+        super().load_wsgi()
+        from webhooks.app import MUTATE
+
+        extensions = getattr(self.wsgi, "extensions", {})
+        self._mutate = extensions.get(MUTATE)
+        self._log_request = getattr(self.log, "request", None)
+        # The app, its catalog and the libraries are never freed: move them out of the collector's
+        # generations, so that a full collection does not walk them during a request (p99).
+        gc.collect()
+        gc.freeze()
+
+    def handle_request(self, listener_name: Any, req: Any, sock: Any, addr: Any) -> None:
+        """``POST /mutate`` straight to the app's admission function; anything else through gunicorn (and Flask)."""
+        mutate, log_request = self._mutate, self._log_request
+        if mutate is None or log_request is None or req.path != "/mutate" or req.method != "POST" \
+                or req._expected_100_continue:
+            GeventWorker.handle_request(self, listener_name, req, sock, addr)
+            return
+        self._admit(mutate, log_request, req, sock, addr)
+
+    def _admit(self, mutate: Callable[[str | None, Any], tuple[str, bytes]], log_request: Callable[..., None],
+               req: Any, sock: Any, addr: Any) -> None:
+        # What gunicorn's handle_request, wsgi.create and Response do for this one path, without the WSGI
+        # environ (40 keys), the Response object and the Date formatting per request: they cost as much
+        # CPU as the admission decision (docs/webhook.md, Benchmark). The same bytes go out.
+        started = time.perf_counter()
+        try:
+            self.nr += 1
+            if self.nr >= self.max_requests and self.alive:
+                self.log.info("Autorestarting worker after current request.")
+                self.alive = False
+            declared = user_agent = None
+            for name, value in req.headers:
+                if name == "CONTENT-LENGTH":
+                    declared = value
+                elif name == "USER-AGENT":
+                    user_agent = value
+            status, payload = mutate(declared, req.body)
+            close = not self.alive or req.should_close()
+            head = b"HTTP/%d.%d %s\r\nServer: %s\r\nDate: %s\r\nConnection: %s\r\n" \
+                   b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n" % (
+                       req.version[0], req.version[1], status.encode("latin-1"), SERVER.encode(), _http_date(),
+                       b"close" if close else b"keep-alive", len(payload))
+            sock.sendall(head + payload)
+            log_request(_remote(addr), "POST", "/mutate", int(status[:3]), len(payload),
+                        time.perf_counter() - started, user_agent)
+        except (gevent.GreenletExit, SystemExit):
+            return  # as GeventWorker.handle_request: the worker is stopping
+        if close:
+            raise StopIteration()  # as gunicorn's: the connection ends after this response
 
     def handle(self, listener: Any, client: socket.socket, addr: Any) -> None:
         """Serve one connection: handshake, then requests until the client, a deadline or shutdown ends it."""
@@ -207,6 +265,24 @@ class WebhookWorker(GeventWorker):  # type: ignore[misc]  # gunicorn ships no ty
         with gevent.Timeout(HANDSHAKE_SECONDS):
             tls.do_handshake()
         return tls
+
+
+_date_second = -1
+_date_text = b""
+
+
+def _http_date() -> bytes:
+    """The ``Date`` header's value (RFC 9110 IMF-fixdate), formatted once a second."""
+    global _date_second, _date_text
+    second = int(time.time())
+    if second != _date_second:
+        _date_second, _date_text = second, util.http_date(second).encode("latin-1")
+    return _date_text
+
+
+def _remote(addr: Any) -> str:
+    """``REMOTE_ADDR`` as gunicorn's environ has it."""
+    return str(addr[0]) if isinstance(addr, tuple) else str(addr)
 
 
 def _drained(req: Any) -> bool:
