@@ -6,7 +6,7 @@ import datetime
 import json
 import logging
 import time
-from json.encoder import encode_basestring_ascii as _quoted  # type: ignore[attr-defined]
+from json.encoder import encode_basestring_ascii as _quoted
 from typing import Any
 
 from gunicorn.glogging import Logger

@@ -155,6 +155,9 @@ class WebhookWorker(GeventWorker):  # type: ignore[misc]  # gunicorn ships no ty
     #: (both set once the app is loaded; without them every request takes gunicorn's path).
     _mutate: Callable[[str | None, Any], tuple[str, bytes]] | None = None
     _log_request: Callable[..., None] | None = None
+    alive: bool  # gunicorn's, set by the arbiter's signals
+    nr: int
+    max_requests: int
 
     def load_wsgi(self) -> None:
         """Load the app, find its ``POST /mutate`` entry point, then keep the start-up objects out of GC."""
