@@ -14,6 +14,11 @@ no thread, and each phase of a connection has a deadline after which it is close
 * the body: ``BODY_SECONDS`` from the end of the headers (the API server sends it at once);
 * each write: ``WRITE_SECONDS``.
 
+What the API server sends, a plain ``POST /mutate`` (:func:`_plain_admission`), is parsed here and
+answered with the app's admission function directly; every other request (probes, metrics, anything
+unusual in its framing or fields) goes through gunicorn's parser and the WSGI app, as before. The two
+together cost more CPU than the admission decision (docs/webhook.md, Benchmark).
+
 Admission is CPU work that does not yield, so a worker computes one review at a time; reviews
 take milliseconds, which is what keeps probes answered within a second (the fault suite measures
 it with 50 slow connections open).
