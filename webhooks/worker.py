@@ -177,6 +177,15 @@ class WebhookWorker(GeventWorker):  # type: ignore[misc]  # gunicorn ships no ty
         gc.collect()
         gc.freeze()
 
+    def run(self) -> None:
+        """Serve until stopped; then hand the frozen objects back to the collector, so that the interpreter
+        tears them down in its usual order (frozen, logging's handlers outlive gevent's thread module and
+        print errors at exit)."""
+        try:
+            super().run()
+        finally:
+            gc.unfreeze()
+
     def handle_request(self, listener_name: Any, req: Any, sock: Any, addr: Any) -> None:
         """``POST /mutate`` straight to the app's admission function; anything else through gunicorn (and Flask)."""
         mutate, log_request = self._mutate, self._log_request

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import re
+import socket
 from typing import Any
 
 import pytest
@@ -11,8 +14,15 @@ from gunicorn.http.unreader import Unreader
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.admission.builders import MODEL, review, with_annotations
+from tests.webhook.conftest import Server
 from volcano_metronome.bench.webhook import request_bodies
 from webhooks.worker import PlainRequest, _plain_admission
+
+
+JOB = with_annotations({"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job", "metadata": {"name": "j"},
+                        "spec": {"tasks": [{"name": "w", "replicas": 1, "template": {"spec": {"containers": []}}}]}},
+                       MODEL)
 
 
 class Chunks(Unreader):  # type: ignore[misc]  # gunicorn ships no type hints
@@ -95,3 +105,45 @@ def test_any_head_is_parsed_as_gunicorn_parses_it_or_handed_back(fields: list[tu
 def test_an_ended_connection_ends_the_loop() -> None:
     with pytest.raises(StopIteration):
         _plain_admission(Chunks([]))
+
+
+CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
+
+
+def _exchange(server: Server, request: bytes) -> bytes:
+    """Send ``request`` on a new connection; the final response (after any ``100 Continue``)."""
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as raw:
+        with server.context.wrap_socket(raw, server_hostname="localhost") as tls:
+            tls.sendall(request)
+            data = b""
+            while True:
+                final = data.removeprefix(CONTINUE)
+                head, found, rest = final.partition(b"\r\n\r\n")
+                if found and len(rest) >= _length(head):
+                    return final
+                chunk = tls.recv(65536)
+                assert chunk, data
+                data += chunk
+
+
+def _length(head: bytes) -> int:
+    return int(head.decode().lower().split("content-length:")[1].split("\r\n")[0])
+
+
+def test_the_worker_answers_with_the_bytes_gunicorn_would(server: Server) -> None:
+    body = json.dumps(review(JOB, uid="same")).encode()
+    plain = b"POST /mutate HTTP/1.1\r\nHost: localhost\r\nUser-Agent: plain\r\nContent-Length: %d\r\n\r\n%s" % (
+        len(body), body)
+    # Connection: keep-alive is read by gunicorn's parser, then answered by the worker; Expect: 100-continue
+    # is answered by gunicorn and the WSGI app, as every request was before.
+    parsed = plain.replace(b"Host: localhost\r\n", b"Host: localhost\r\nConnection: keep-alive\r\n")
+    wsgi = plain.replace(b"Host: localhost\r\n", b"Host: localhost\r\nExpect: 100-continue\r\n")
+    assert _plain_admission(Chunks([plain])) is not None and _plain_admission(Chunks([parsed])) is None
+    date = re.compile(rb"\r\nDate: [^\r]*\r\n")
+    answers = [date.sub(b"\r\n", _exchange(server, request)) for request in (plain, parsed, wsgi)]
+    assert answers[0] == answers[1] == answers[2]
+    assert answers[0].startswith(b"HTTP/1.1 200 OK\r\nServer: gunicorn\r\nConnection: keep-alive\r\n")
+    keys = ("method", "path", "status", "bytes", "remote", "user_agent")
+    lines = [json.loads(line) for line in server.stdout.read_text().splitlines() if '"user_agent": "plain"' in line]
+    assert len(lines) >= 3 and all(line.keys() == lines[-1].keys() for line in lines[-3:])
+    assert all({key: line[key] for key in keys} == {key: lines[-1][key] for key in keys} for line in lines[-3:])
