@@ -293,7 +293,8 @@ class WebhookWorker(GeventWorker):  # type: ignore[misc]  # gunicorn ships no ty
 _PLAIN_LINE = re.compile(rb"POST /mutate(?:\?[!-~]*)? HTTP/1\.1")
 #: A field: an RFC 9110 token name, but without "_" (gunicorn drops such fields), and a printable ASCII value.
 _PLAIN_FIELD = re.compile(rb"([!#$%&'*+\-.^`|~0-9A-Za-z]+):[ \t]*((?:[!-~](?:[ -~\t]*[!-~])?)?)[ \t]*")
-_PLAIN_HEAD_BYTES = 4094  # gunicorn's limit on the request line alone: then no other limit can be reached
+_PLAIN_HEAD_BYTES = 4094  # gunicorn's limit on the request line alone (and so below its 8,190 per field)
+_PLAIN_FIELDS = 100  # gunicorn's limit on the number of fields (limit_request_fields, which the server keeps)
 #: Fields that change how a request is framed, answered or routed: a request with one goes to gunicorn.
 _NOT_PLAIN = frozenset({"TRANSFER-ENCODING", "CONNECTION", "EXPECT", "UPGRADE", "TE", "TRAILER", "HTTP2-SETTINGS",
                         "KEEP-ALIVE", "PROXY-CONNECTION", "SCRIPT_NAME", "PATH_INFO"})
@@ -329,7 +330,7 @@ def _plain_admission(unreader: Any) -> PlainRequest | None:
         unreader.unread(data)
         return None
     lines = data[:end].split(b"\r\n")
-    if not _PLAIN_LINE.fullmatch(lines[0]):
+    if len(lines) > _PLAIN_FIELDS + 1 or not _PLAIN_LINE.fullmatch(lines[0]):
         unreader.unread(data)
         return None
     headers: list[tuple[str, str]] = []

@@ -74,6 +74,7 @@ def test_a_pipelined_request_stays_for_the_next_read() -> None:
     b"GET /mutate HTTP/1.1\r\nContent-Length: 2\r\n\r\n",
     b"POST /mutate HTTP/1.1\r\n\r\n",
     b"POST /mutate HTTP/1.1\r\nContent-Length: 2\r\nX-" + b"a" * 5000 + b": 1\r\n\r\n",
+    b"POST /mutate HTTP/1.1\r\nContent-Length: 2\r\n" + b"".join(b"X%d:\r\n" % i for i in range(100)) + b"\r\n",
 ])
 def test_anything_not_plain_goes_back_to_gunicorn_byte_for_byte(head: bytes) -> None:
     source = Chunks([head + b"{}"])
