@@ -86,7 +86,7 @@ def test_anything_not_plain_goes_back_to_gunicorn_byte_for_byte(head: bytes) -> 
 @given(st.lists(st.tuples(st.text(alphabet="abXY-", min_size=1, max_size=6) | st.text(alphabet="ab-_:XY ", max_size=6),
                           st.text(alphabet=" \tab:1\"", max_size=6).map(str.encode) | st.binary(max_size=8)),
                 max_size=5),
-       st.sampled_from([b"/mutate", b"/mutate?timeout=10s", b"/mutate?", b"/healthz"]),
+       st.sampled_from([b"/mutate", b"/mutate?timeout=10s", b"/mutate?", b"/mutate?a#b%zz", b"/healthz"]),
        st.integers(min_value=0, max_value=4))
 def test_any_head_is_parsed_as_gunicorn_parses_it_or_handed_back(fields: list[tuple[str, bytes]], target: bytes,
                                                                   length: int) -> None:
