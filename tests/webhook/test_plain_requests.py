@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import datetime
+import io
 import json
 import re
 import socket
@@ -17,6 +19,7 @@ from hypothesis import strategies as st
 from tests.admission.builders import MODEL, review, with_annotations
 from tests.webhook.conftest import Server
 from volcano_metronome.bench.webhook import request_bodies
+from webhooks.access_log import JsonLogger
 from webhooks.worker import PlainRequest, _plain_admission
 
 
@@ -148,3 +151,26 @@ def test_the_worker_answers_with_the_bytes_gunicorn_would(server: Server) -> Non
     lines = [json.loads(line) for line in server.stdout.read_text().splitlines() if '"user_agent": "plain"' in line]
     assert len(lines) >= 3 and all(line.keys() == lines[-1].keys() for line in lines[-3:])
     assert all({key: line[key] for key in keys} == {key: lines[-1][key] for key in keys} for line in lines[-3:])
+
+
+@pytest.mark.parametrize("remote, agent, status, sent", [
+    ("127.0.0.1", "kube-apiserver-admission", 200, 1205),
+    ("::1", 'quote " backslash \\ caf\u00e9 \u2603 tab\t', 413, None),
+    ("-", None, None, 0),
+])
+def test_the_hand_made_access_line_is_what_json_dumps_gives(remote: str, agent: str | None, status: int | None,
+                                                           sent: int | None) -> None:
+    cfg = Config()
+    cfg.set("accesslog", "-")
+    logger = JsonLogger(cfg)
+    stream = io.StringIO()
+    logger.access_log.handlers[0].stream = stream
+    before = datetime.datetime.now(datetime.timezone.utc)
+    logger.request(remote, "POST", "/mutate", status, sent, 0.0004125, agent)
+    line = stream.getvalue()
+    assert line.endswith("\n") and line.count("\n") == 1
+    document = json.loads(line)
+    stamp = datetime.datetime.fromisoformat(document["time"])
+    assert before - datetime.timedelta(milliseconds=1) <= stamp <= datetime.datetime.now(datetime.timezone.utc)
+    assert line == json.dumps({"time": document["time"], "remote": remote, "method": "POST", "path": "/mutate",
+                               "status": status, "bytes": sent, "duration_ms": 0.412, "user_agent": agent}) + "\n"
