@@ -23,6 +23,9 @@ from webhooks import metrics
 
 MAX_BODY_BYTES = 3 * 1024 * 1024  # API server objects are at most 1.5 MiB; a review may carry two
 JSON_TYPE = "application/json"
+#: ``app.extensions[MUTATE]`` is ``mutate(content_length, stream) -> (status, body)``: the gunicorn worker
+#: answers ``POST /mutate`` with it directly, without building a WSGI environ (webhooks.worker).
+MUTATE = "volcano_metronome.mutate"
 
 log = logging.getLogger("volcano_metronome.webhook")
 
@@ -32,12 +35,12 @@ def create_app(context: Callable[[], Context], ready: Callable[[], bool] = lambd
     app = Flask("volcano_metronome.webhook")
     app.config["MAX_CONTENT_LENGTH"] = MAX_BODY_BYTES
 
-    def mutate(environ: dict[str, Any]) -> tuple[str, bytes]:
+    def mutate(declared: str | None, stream: Any) -> tuple[str, bytes]:
         started = time.perf_counter()
         kind = "other"
         try:
             try:
-                body = _body(environ)
+                body = _body(declared, stream)
             except RequestEntityTooLarge:
                 metrics.requests(kind, "bad_request").inc()
                 return "413 REQUEST ENTITY TOO LARGE", _dumps({"error": f"request body larger than {MAX_BODY_BYTES} bytes"})
@@ -57,7 +60,7 @@ def create_app(context: Callable[[], Context], ready: Callable[[], bool] = lambd
                 log.exception("admission failed for %s uid=%s", kind, parsed.uid)
                 result, verdict = fault(parsed, f"{type(exc).__name__}: {exc}"), "error"
             metrics.requests(kind, verdict).inc()
-            return "200 OK", json.dumps(result.review, separators=(",", ":")).encode()
+            return "200 OK", _compact(result.review).encode()
         finally:
             metrics.latency(kind).observe(time.perf_counter() - started)
 
@@ -73,11 +76,12 @@ def create_app(context: Callable[[], Context], ready: Callable[[], bool] = lambd
             start_response(status, [("Content-Type", JSON_TYPE), ("Content-Length", str(len(payload))),
                                     ("Allow", "POST")])
             return [payload]
-        status, payload = mutate(environ)
+        status, payload = mutate(environ.get("CONTENT_LENGTH"), environ["wsgi.input"])
         start_response(status, [("Content-Type", JSON_TYPE), ("Content-Length", str(len(payload)))])
         return [payload]
 
     app.wsgi_app = wsgi_app  # type: ignore[method-assign]
+    app.extensions[MUTATE] = mutate
 
     @app.get("/healthz")
     def healthz() -> Response:
@@ -104,20 +108,19 @@ def create_app(context: Callable[[], Context], ready: Callable[[], bool] = lambd
     return app
 
 
-def _body(environ: dict[str, Any]) -> bytes:
+def _body(declared: str | None, stream: Any) -> bytes:
     """The request body, read straight from the server's input (werkzeug's stream wrappers cost more
     than the admission decision): a declared length over the limit is refused from the headers, a
     chunked body as soon as it passes the limit (413 either way, never more than the limit read)."""
-    declared = environ.get("CONTENT_LENGTH")
     if not declared:
-        return _chunked(environ["wsgi.input"])
+        return _chunked(stream)
     try:
         length = int(declared)
     except ValueError:
         raise BadRequest(f"Content-Length: got {declared!r}, expected a number of bytes") from None
     if length > MAX_BODY_BYTES:
         raise RequestEntityTooLarge()
-    data: bytes = environ["wsgi.input"].read(length)
+    data: bytes = stream.read(length)
     return data
 
 
@@ -132,6 +135,10 @@ def _chunked(stream: Any) -> bytes:
         if size > MAX_BODY_BYTES:
             raise RequestEntityTooLarge()
         parts.append(part)
+
+
+#: ``json.dumps(value, separators=(",", ":"))`` without building an encoder per request.
+_compact = json.JSONEncoder(separators=(",", ":")).encode
 
 
 def _json(document: Any, status: int) -> Response:

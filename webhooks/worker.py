@@ -14,6 +14,11 @@ no thread, and each phase of a connection has a deadline after which it is close
 * the body: ``BODY_SECONDS`` from the end of the headers (the API server sends it at once);
 * each write: ``WRITE_SECONDS``.
 
+What the API server sends, a plain ``POST /mutate`` (:func:`_plain_admission`), is parsed here and
+answered with the app's admission function directly; every other request (probes, metrics, anything
+unusual in its framing or fields) goes through gunicorn's parser and the WSGI app, as before. The two
+together cost more CPU than the admission decision (docs/webhook.md, Benchmark).
+
 Admission is CPU work that does not yield, so a worker computes one review at a time; reviews
 take milliseconds, which is what keeps probes answered within a second (the fault suite measures
 it with 50 slow connections open).
@@ -22,14 +27,17 @@ it with 50 slow connections open).
 from __future__ import annotations
 
 import errno
+import gc
 import logging
+import re
 import socket
 import ssl
 import time
 from typing import Any, Callable
 
 import gevent
-from gunicorn import http, util
+from gunicorn import SERVER, http, util
+from gunicorn.http.body import Body, LengthReader
 from gunicorn.workers.ggevent import GeventWorker
 
 HANDSHAKE_SECONDS = 5.0
@@ -148,6 +156,75 @@ class WebhookWorker(GeventWorker):  # type: ignore[misc]  # gunicorn ships no ty
     context_source: ContextSource | None = None
     cert_file = ""
     key_file = ""
+    #: ``mutate(content_length, stream) -> (status, body)`` of the app, and the logger's ``request``
+    #: (both set once the app is loaded; without them every request takes gunicorn's path).
+    _mutate: Callable[[str | None, Any], tuple[str, bytes]] | None = None
+    _log_request: Callable[..., None] | None = None
+    alive: bool  # gunicorn's, set by the arbiter's signals
+    nr: int
+    max_requests: int
+
+    def load_wsgi(self) -> None:
+        """Load the app, find its ``POST /mutate`` entry point, then keep the start-up objects out of GC."""
+        super().load_wsgi()
+        from webhooks.app import MUTATE
+
+        extensions = getattr(self.wsgi, "extensions", {})
+        self._mutate = extensions.get(MUTATE)
+        self._log_request = getattr(self.log, "request", None)
+        # The app, its catalog and the libraries are never freed: move them out of the collector's
+        # generations, so that a full collection does not walk them during a request (p99).
+        gc.collect()
+        gc.freeze()
+
+    def run(self) -> None:
+        """Serve until stopped; then hand the frozen objects back to the collector, so that the interpreter
+        tears them down in its usual order (frozen, logging's handlers outlive gevent's thread module and
+        print errors at exit)."""
+        try:
+            super().run()
+        finally:
+            gc.unfreeze()
+
+    def handle_request(self, listener_name: Any, req: Any, sock: Any, addr: Any) -> None:
+        """``POST /mutate`` straight to the app's admission function; anything else through gunicorn (and Flask)."""
+        mutate, log_request = self._mutate, self._log_request
+        if mutate is None or log_request is None or req.path != "/mutate" or req.method != "POST" \
+                or req._expected_100_continue:
+            GeventWorker.handle_request(self, listener_name, req, sock, addr)
+            return
+        self._admit(mutate, log_request, req, sock, addr)
+
+    def _admit(self, mutate: Callable[[str | None, Any], tuple[str, bytes]], log_request: Callable[..., None],
+               req: Any, sock: Any, addr: Any) -> None:
+        # What gunicorn's handle_request, wsgi.create and Response do for this one path, without the WSGI
+        # environ (40 keys), the Response object and the Date formatting per request: they cost as much
+        # CPU as the admission decision (docs/webhook.md, Benchmark). The same bytes go out.
+        started = time.perf_counter()
+        try:
+            self.nr += 1
+            if self.nr >= self.max_requests and self.alive:
+                self.log.info("Autorestarting worker after current request.")
+                self.alive = False
+            declared = user_agent = None
+            for name, value in req.headers:
+                if name == "CONTENT-LENGTH":
+                    declared = value
+                elif name == "USER-AGENT":
+                    user_agent = value
+            status, payload = mutate(declared, req.body)
+            close = not self.alive or req.should_close()
+            head = b"HTTP/%d.%d %s\r\nServer: %s\r\nDate: %s\r\nConnection: %s\r\n" \
+                   b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n" % (
+                       req.version[0], req.version[1], status.encode("latin-1"), SERVER.encode(), _http_date(),
+                       b"close" if close else b"keep-alive", len(payload))
+            sock.sendall(head + payload)
+            log_request(_remote(addr), "POST", "/mutate", int(status[:3]), len(payload),
+                        time.perf_counter() - started, user_agent)
+        except (gevent.GreenletExit, SystemExit):
+            return  # as GeventWorker.handle_request: the worker is stopping
+        if close:
+            raise StopIteration()  # as gunicorn's: the connection ends after this response
 
     def handle(self, listener: Any, client: socket.socket, addr: Any) -> None:
         """Serve one connection: handshake, then requests until the client, a deadline or shutdown ends it."""
@@ -163,7 +240,9 @@ class WebhookWorker(GeventWorker):  # type: ignore[misc]  # gunicorn ships no ty
             listener_name = listener.getsockname()
             while True:
                 conn.idle()
-                req = next(parser)
+                req = _plain_admission(parser.unreader)
+                if req is None:
+                    req = next(parser)
                 if not req:
                     break
                 req.scheme = "https"
@@ -207,6 +286,96 @@ class WebhookWorker(GeventWorker):  # type: ignore[misc]  # gunicorn ships no ty
         with gevent.Timeout(HANDSHAKE_SECONDS):
             tls.do_handshake()
         return tls
+
+
+#: The one request the API server sends, in the strictest form: ``POST /mutate`` over HTTP/1.1, a
+#: Content-Length body, printable ASCII headers that frame nothing else. Everything else goes to gunicorn's parser.
+_PLAIN_LINE = re.compile(rb"POST /mutate(?:\?[!-~]*)? HTTP/1\.1")
+#: A field: an RFC 9110 token name, but without "_" (gunicorn drops such fields), and a printable ASCII value.
+_PLAIN_FIELD = re.compile(rb"([!#$%&'*+\-.^`|~0-9A-Za-z]+):[ \t]*((?:[!-~](?:[ -~\t]*[!-~])?)?)[ \t]*")
+_PLAIN_HEAD_BYTES = 4094  # gunicorn's limit on the request line alone (and so below its 8,190 per field)
+_PLAIN_FIELDS = 100  # gunicorn's limit on the number of fields (limit_request_fields, which the server keeps)
+#: Fields that change how a request is framed, answered or routed: a request with one goes to gunicorn.
+_NOT_PLAIN = frozenset({"TRANSFER-ENCODING", "CONNECTION", "EXPECT", "UPGRADE", "TE", "TRAILER", "HTTP2-SETTINGS",
+                        "KEEP-ALIVE", "PROXY-CONNECTION", "SCRIPT_NAME", "PATH_INFO"})
+
+
+class PlainRequest:
+    """A ``POST /mutate`` request as gunicorn's ``Request`` presents it to the worker (the fields it uses)."""
+
+    method = "POST"
+    path = "/mutate"
+    version = (1, 1)
+    scheme = "https"
+    _expected_100_continue = False
+
+    def __init__(self, headers: list[tuple[str, str]], body: Any) -> None:
+        self.headers = headers
+        self.body = body
+
+    def should_close(self) -> bool:
+        """HTTP/1.1 without a ``Connection`` field: the connection stays open."""
+        return False
+
+
+def _plain_admission(unreader: Any) -> PlainRequest | None:
+    """The next request, when it is a plain ``POST /mutate`` (:data:`_PLAIN_LINE`), parsed here: gunicorn's
+    pure-Python parser costs a fifth of a request's CPU. ``None`` (every byte read put back) for anything
+    else, which gunicorn's parser then reads and answers as before."""
+    data = unreader.read()
+    if not data:
+        raise StopIteration()  # the client closed, or the worker is stopping: as gunicorn's parser ends it
+    end = data.find(b"\r\n\r\n", 0, _PLAIN_HEAD_BYTES)
+    if end < 0:
+        unreader.unread(data)
+        return None
+    lines = data[:end].split(b"\r\n")
+    if len(lines) > _PLAIN_FIELDS + 1 or not _PLAIN_LINE.fullmatch(lines[0]):
+        unreader.unread(data)
+        return None
+    headers: list[tuple[str, str]] = []
+    seen: set[str] = set()
+    length = -1
+    for line in lines[1:]:
+        field = _PLAIN_FIELD.fullmatch(line)
+        if field is None:
+            unreader.unread(data)
+            return None
+        name = field.group(1).decode("ascii").upper()
+        if name in seen or name in _NOT_PLAIN:
+            unreader.unread(data)
+            return None
+        seen.add(name)
+        value = field.group(2).decode("ascii")
+        if name == "CONTENT-LENGTH":
+            if not value.isdigit() or len(value) > 10:
+                unreader.unread(data)
+                return None
+            length = int(value)
+        headers.append((name, value))
+    if length < 0:
+        unreader.unread(data)
+        return None
+    unreader.unread(data[end + 4:])
+    return PlainRequest(headers, Body(LengthReader(unreader, length)))
+
+
+_date_second = -1
+_date_text = b""
+
+
+def _http_date() -> bytes:
+    """The ``Date`` header's value (RFC 9110 IMF-fixdate), formatted once a second."""
+    global _date_second, _date_text
+    second = int(time.time())
+    if second != _date_second:
+        _date_second, _date_text = second, util.http_date(second).encode("latin-1")
+    return _date_text
+
+
+def _remote(addr: Any) -> str:
+    """``REMOTE_ADDR`` as gunicorn's environ has it."""
+    return str(addr[0]) if isinstance(addr, tuple) else str(addr)
 
 
 def _drained(req: Any) -> bool:

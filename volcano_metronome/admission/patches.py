@@ -9,6 +9,7 @@ key we write contains a ``/``).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -18,6 +19,7 @@ Op = dict[str, Any]
 Path = tuple[str | int, ...]
 
 
+@functools.lru_cache(maxsize=4096, typed=True)  # the same few keys and indexes in every review; str is immutable
 def escape(segment: str | int) -> str:
     """One RFC 6901 reference token: ``~`` becomes ``~0`` and ``/`` becomes ``~1`` (in that order)."""
     text = str(segment)
@@ -28,7 +30,7 @@ def escape(segment: str | int) -> str:
 
 def pointer(path: Path) -> str:
     """The JSON pointer of ``path`` (``()`` is the whole document, ``""``)."""
-    return "".join("/" + escape(segment) for segment in path)
+    return "/" + "/".join([escape(segment) for segment in path]) if path else ""
 
 
 def describe(path: Path) -> str:
@@ -45,6 +47,22 @@ def mapping_at(doc: Any, path: Path) -> Mapping[str, Any] | None:
     Raises :class:`InvalidInput` when something that is not a mapping (or list, for an int segment)
     sits where the path needs one: a patch through it could not apply.
     """
+    # The common case (plain JSON dicts and lists, the path there) in a tight loop; anything else, and every
+    # error, through the checked walk below. Called a dozen times per review.
+    node = doc
+    for segment in path:
+        if type(node) is dict and type(segment) is str:
+            node = node.get(segment)
+            if node is None:
+                return None
+        elif type(node) is list and type(segment) is int and 0 <= segment < len(node):
+            node = node[segment]
+        else:
+            return _checked_mapping_at(doc, path)
+    return node if type(node) is dict else _checked_mapping_at(doc, path)
+
+
+def _checked_mapping_at(doc: Any, path: Path) -> Mapping[str, Any] | None:
     node = doc
     for depth, segment in enumerate(path):
         if isinstance(segment, int):

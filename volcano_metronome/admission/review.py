@@ -172,11 +172,15 @@ def _respond(request: Request, outcome: Outcome, label: str) -> Result:
     response: dict[str, Any] = {"uid": request.uid, "allowed": True}
     if outcome.ops:
         response["patchType"] = "JSONPatch"
-        response["patch"] = base64.b64encode(json.dumps(list(outcome.ops), separators=(",", ":")).encode()).decode()
+        response["patch"] = base64.b64encode(_compact(outcome.ops).encode()).decode()
     if outcome.warnings:
         response["warnings"] = [_clean(WARNING_PREFIX + w) for w in outcome.warnings]
     verdict = WARNED if outcome.warnings else (PATCHED if outcome.ops else ALLOWED)
     return Result(_review(response), label, verdict)
+
+
+#: ``json.dumps(value, separators=(",", ":"))`` without building an encoder per call (a tuple encodes as a list).
+_compact = json.JSONEncoder(separators=(",", ":")).encode
 
 
 def _review(response: dict[str, Any]) -> dict[str, Any]:

@@ -1,6 +1,6 @@
 """``python -m volcano_metronome.bench webhook --rps R --seconds S [--json]``: admission latency and throughput.
 
-Starts the real server (``volcano-metronome webhook``: gunicorn, gthread workers, TLS, JSON access log
+Starts the real server (``volcano-metronome webhook``: gunicorn, gevent workers, TLS, JSON access log
 to a file) in a subprocess with certificates made by ``volcano_metronome.certs.pki``, then drives it from
 load-generator processes of its own over TLS keep-alive connections, as the API server's connection
 pool does. The request mix is what a cluster sends: mostly pods of managed gangs (gated), some
