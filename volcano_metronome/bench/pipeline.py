@@ -13,7 +13,9 @@ arms the namespace is deleted and its pods waited out, so each arm starts on an 
 Per arm: gangs/s (first submission to the last gang with every pod bound), submission-to-all-pods-
 bound p50/p99 per gang, API writes per pod (the API server's own ``apiserver_request_total``,
 write verbs; kwok's node and lease heartbeats left out of the per-pod figure), CPU seconds of every
-process of the stack (``/proc``, children included), the load average. Then the issue's ratios.
+process of the stack (``/proc``, children included), the load average. Then the issue's ratios, and
+where a gang's time went: a per-gang timeline from the bench's watches, p50/p99 per stage and arm
+(``rounds[i].stages``, :mod:`volcano_metronome.bench.timeline`), also as a table on stderr.
 """
 
 from __future__ import annotations
