@@ -160,3 +160,6 @@ def test_the_stages_section_and_its_table():
     assert set(section["marks"]) == set(timeline.MARKS["volcano"])
     text = timeline.table(section)
     assert "submitted->created" in text and "0.200" in text and "created->claim" in text
+    section["admission_webhooks"] = {"alone": {}, "metronome": {"pods.metronome.dev": {"calls": 4, "mean_s": 0.0125}}}
+    text = timeline.table(section)
+    assert "alone arm: none" in text and "pods.metronome.dev 4 calls, mean 12.5 ms" in text

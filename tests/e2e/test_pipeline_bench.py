@@ -63,6 +63,10 @@ def test_pipeline_benchmark_measures_both_arms(stack: Stack, scheduler: str, cap
         assert "check_ready" in stages["metronome"]["marks"]
     assert [row["stage"] for row in stages["compared"]][0] == "submitted->created"
     assert "submitted->created" in err  # the human table on stderr
+    # Our webhooks were called in the metronome arm only (the API server's own admission histogram).
+    hooks = stages["admission_webhooks"]
+    assert any(name.endswith(".metronome.dev") for name in hooks["metronome"])
+    assert not any(name.endswith(".metronome.dev") for name in hooks["alone"])
     # The webhook is registered again afterwards, for the tests that follow.
     from volcano_metronome.devtools import probes
     from volcano_metronome.devtools.apply import ApiClient

@@ -143,14 +143,17 @@ def measure(stack: Stack, shape: Shape, args: argparse.Namespace, seed: int) -> 
             order_rng.shuffle(order)
             entry: JSON = {"round": index + 1, "order": order}
             recorders: dict[str, timeline.Recorder] = {}
+            webhooks: JSON = {}
             for arm in order:
                 _register(client, registration, arm == "metronome")
-                entry[arm], recorders[arm] = _arm(stack, k, shape, arm, gpus, args)
+                entry[arm], recorders[arm], webhooks[arm] = _arm(stack, k, shape, arm, gpus, args)
             cycle_s = entry["metronome"]["controller"]["cycle_interval_s"]
             entry["ratios"] = workload.ratios(entry["alone"], entry["metronome"], shape.pods, cycle_s)
             entry["stages"] = timeline.stages(shape.scheduler, recorders["alone"].marks(),
                                               recorders["metronome"].marks(),
                                               {arm: r.unattributed for arm, r in recorders.items()})
+            # The admission webhooks' share of the stages (the API server's own histogram: means, not quantiles).
+            entry["stages"]["admission_webhooks"] = webhooks
             _progress(f"round {index + 1}, where a gang's time goes (seconds):\n{timeline.table(entry['stages'])}")
             rounds.append(entry)
     finally:
@@ -195,7 +198,7 @@ def _register(client: ApiClient, registration: JSON, on: bool) -> None:
 
 # ------------------------------------------------------------------------------------------ one arm
 def _arm(stack: Stack, k: kube.Kube, shape: Shape, arm: str, gpus: int,
-         args: argparse.Namespace) -> tuple[JSON, timeline.Recorder]:
+         args: argparse.Namespace) -> tuple[JSON, timeline.Recorder, JSON]:
     namespace = f"pipe-{arm}-{uuid.uuid4().hex[:5]}"
     k.create(kube.NAMESPACES, {"metadata": {"name": namespace}})
     if shape.scheduler == "kueue":
@@ -224,7 +227,7 @@ def _arm(stack: Stack, k: kube.Kube, shape: Shape, arm: str, gpus: int,
             if not informer.wait_synced(60):
                 raise RuntimeError(f"{informer.resource.plural} watch of {namespace} not synced within 60 s")
         load = _loadavg()
-        metrics_before = _apiserver_metrics(stack)
+        text_before = _apiserver_metrics(stack)
         controller_before = _controller_cycles(stack)
         cpu_before = _cpu(stack)
         manifests = [workload.gang(shape, arm, namespace, index) for index in range(shape.gangs)]
@@ -236,7 +239,7 @@ def _arm(stack: Stack, k: kube.Kube, shape: Shape, arm: str, gpus: int,
         last = time.monotonic()
         cpu_after = _cpu(stack)
         controller_after = _controller_cycles(stack)
-        metrics_after = _apiserver_metrics(stack)
+        text_after = _apiserver_metrics(stack)
     finally:
         for informer in informers:
             informer.stop()
@@ -245,7 +248,8 @@ def _arm(stack: Stack, k: kube.Kube, shape: Shape, arm: str, gpus: int,
     figures = tracker.figures(first, last if not complete else tracker.last_bound)
     cycles = controller_after[1] - controller_before[1]
     mean_cycle = (controller_after[0] - controller_before[0]) / cycles if cycles else 0.0
-    api_writes = workload.writes(metrics_before, metrics_after)
+    api_writes = workload.writes(workload.request_counts(text_before), workload.request_counts(text_after))
+    webhooks = workload.webhook_calls(workload.webhook_admission(text_before), workload.webhook_admission(text_after))
     result: JSON = {
         "complete": complete, **figures,
         "submit_s": round(submitted - first, 3),
@@ -256,7 +260,7 @@ def _arm(stack: Stack, k: kube.Kube, shape: Shape, arm: str, gpus: int,
         "loadavg_before": load, "loadavg_after": _loadavg(),
     }
     _clean(k, namespace, args.timeout)
-    return result, recorder
+    return result, recorder, webhooks
 
 
 class _Tracker:
@@ -336,12 +340,12 @@ def _clean(k: kube.Kube, namespace: str, timeout: float) -> None:
 
 
 # ------------------------------------------------------------------------------------------ readings
-def _apiserver_metrics(stack: Stack) -> dict[tuple[str, str, str, bool], float]:
+def _apiserver_metrics(stack: Stack) -> str:
     plane = stack.plane
     context = ssl.create_default_context(cafile=str(plane.ca_path))
     context.load_cert_chain(str(plane.admin_cert_path), str(plane.admin_key_path))
     with urllib.request.urlopen(f"{plane.server_url}/metrics", timeout=30, context=context) as response:
-        return workload.request_counts(response.read().decode())
+        return str(response.read().decode())
 
 
 def _controller_cycles(stack: Stack) -> tuple[float, float]:

@@ -264,6 +264,9 @@ def table(section: Mapping[str, Any]) -> str:
                      f"{cell(row['p99_ratio']):>6}")
     lines.append("metronome arm, every mark:")
     lines += _arm_lines((section.get("metronome") or {}).get("stages") or [])
+    for arm, hooks in sorted((section.get("admission_webhooks") or {}).items()):
+        lines.append(f"admission webhooks, {arm} arm: " + (", ".join(
+            f"{name} {h['calls']} calls, mean {h['mean_s'] * 1000:.1f} ms" for name, h in hooks.items()) or "none"))
     return "\n".join(lines)
 
 
