@@ -105,3 +105,26 @@ def test_an_unknown_scheduler_is_refused():
         pipeline.build_parser().parse_args(["--scheduler", "slurm"])
     with pytest.raises(ValueError, match="scheduler: got 'slurm'"):
         Shape("slurm", 1, 1, 1)
+
+
+WEBHOOK_METRICS = """\
+# TYPE apiserver_admission_webhook_admission_duration_seconds histogram
+apiserver_admission_webhook_admission_duration_seconds_bucket{name="pods.metronome.dev",operation="CREATE",rejected="false",type="admit",le="+Inf"} {n}
+apiserver_admission_webhook_admission_duration_seconds_sum{name="pods.metronome.dev",operation="CREATE",rejected="false",type="admit"} {s}
+apiserver_admission_webhook_admission_duration_seconds_count{name="pods.metronome.dev",operation="CREATE",rejected="false",type="admit"} {n}
+apiserver_admission_webhook_admission_duration_seconds_bucket{name="pods.metronome.dev",operation="CREATE",rejected="true",type="admit",le="+Inf"} 1
+apiserver_admission_webhook_admission_duration_seconds_sum{name="pods.metronome.dev",operation="CREATE",rejected="true",type="admit"} 0.5
+apiserver_admission_webhook_admission_duration_seconds_count{name="pods.metronome.dev",operation="CREATE",rejected="true",type="admit"} 1
+apiserver_admission_webhook_admission_duration_seconds_bucket{name="idle.example",operation="CREATE",rejected="false",type="admit",le="+Inf"} 3
+apiserver_admission_webhook_admission_duration_seconds_sum{name="idle.example",operation="CREATE",rejected="false",type="admit"} 0.3
+apiserver_admission_webhook_admission_duration_seconds_count{name="idle.example",operation="CREATE",rejected="false",type="admit"} 3
+"""
+
+
+def test_webhook_calls_per_name_between_two_readings():
+    before = workload.webhook_admission(WEBHOOK_METRICS.replace("{n}", "10").replace("{s}", "1.0"))
+    after = workload.webhook_admission(WEBHOOK_METRICS.replace("{n}", "110").replace("{s}", "3.0"))
+    assert before["pods.metronome.dev"] == (1.5, 11.0)  # summed over the label sets
+    assert workload.webhook_calls(before, after) == {
+        "pods.metronome.dev": {"calls": 100, "mean_s": 0.02, "total_s": 2.0}}  # idle.example made no call
+    assert workload.webhook_calls({}, {}) == {} and workload.webhook_admission("") == {}

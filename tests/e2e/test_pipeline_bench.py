@@ -46,6 +46,27 @@ def test_pipeline_benchmark_measures_both_arms(stack: Stack, scheduler: str, cap
     # own status writes vary by more than what a gang this small adds).
     extra = (entry["metronome"]["writes"]["workload"] - entry["alone"]["writes"]["workload"]) / (gangs * size)
     assert entry["ratios"]["extra_writes_per_pod"]["value"] == pytest.approx(extra, abs=0.001)
+    # The timeline: every gang of each arm passed the marks its scheduler has, metronome's own marks in its arm only.
+    stages = entry["stages"]
+    expected = {"volcano": {"podgroup", "inqueue"}, "kueue": {"workload", "quota_reserved", "admitted", "unsuspended"}}
+    common = {"submitted", "created", "pods_first", "pods_last", "ungated_last", "bound_last"} | expected[scheduler]
+    for arm in workload.ARMS:
+        section = stages[arm]
+        assert section["gangs"] == gangs and common <= set(section["marks"]), (arm, section["marks"])
+        assert all(s["n"] + s["missing"] + s["out_of_order"] == gangs for s in section["stages"])
+        # submitted -> bound_last is the latency the figures report (two readings of one clock, microseconds apart).
+        assert section["total"]["stage"] == "submitted->bound_last" and section["total"]["n"] == gangs
+        assert section["total"]["p50_s"] == pytest.approx(entry[arm]["p50_s"], abs=0.05)
+    assert {"claim", "claim_decided"} <= set(stages["metronome"]["marks"])
+    assert not {"claim", "claim_decided", "check_ready"} & set(stages["alone"]["marks"])
+    if scheduler == "kueue":
+        assert "check_ready" in stages["metronome"]["marks"]
+    assert [row["stage"] for row in stages["compared"]][0] == "submitted->created"
+    assert "submitted->created" in err  # the human table on stderr
+    # Our webhooks were called in the metronome arm only (the API server's own admission histogram).
+    hooks = stages["admission_webhooks"]
+    assert any(name.endswith(".metronome.dev") for name in hooks["metronome"])
+    assert not any(name.endswith(".metronome.dev") for name in hooks["alone"])
     # The webhook is registered again afterwards, for the tests that follow.
     from volcano_metronome.devtools import probes
     from volcano_metronome.devtools.apply import ApiClient

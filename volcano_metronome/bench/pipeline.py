@@ -13,7 +13,9 @@ arms the namespace is deleted and its pods waited out, so each arm starts on an 
 Per arm: gangs/s (first submission to the last gang with every pod bound), submission-to-all-pods-
 bound p50/p99 per gang, API writes per pod (the API server's own ``apiserver_request_total``,
 write verbs; kwok's node and lease heartbeats left out of the per-pod figure), CPU seconds of every
-process of the stack (``/proc``, children included), the load average. Then the issue's ratios.
+process of the stack (``/proc``, children included), the load average. Then the issue's ratios, and
+where a gang's time went: a per-gang timeline from the bench's watches, p50/p99 per stage and arm
+(``rounds[i].stages``, :mod:`volcano_metronome.bench.timeline`), also as a table on stderr.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Sequence
 
 from volcano_metronome import kube
-from volcano_metronome.bench import workload
+from volcano_metronome.bench import timeline, workload
 from volcano_metronome.bench.workload import JSON, Shape
 from volcano_metronome.devtools import probes
 from volcano_metronome.devtools.apply import ApiClient
@@ -140,11 +142,19 @@ def measure(stack: Stack, shape: Shape, args: argparse.Namespace, seed: int) -> 
             order = list(workload.ARMS)
             order_rng.shuffle(order)
             entry: JSON = {"round": index + 1, "order": order}
+            recorders: dict[str, timeline.Recorder] = {}
+            webhooks: JSON = {}
             for arm in order:
                 _register(client, registration, arm == "metronome")
-                entry[arm] = _arm(stack, k, shape, arm, gpus, args)
+                entry[arm], recorders[arm], webhooks[arm] = _arm(stack, k, shape, arm, gpus, args)
             cycle_s = entry["metronome"]["controller"]["cycle_interval_s"]
             entry["ratios"] = workload.ratios(entry["alone"], entry["metronome"], shape.pods, cycle_s)
+            entry["stages"] = timeline.stages(shape.scheduler, recorders["alone"].marks(),
+                                              recorders["metronome"].marks(),
+                                              {arm: r.unattributed for arm, r in recorders.items()})
+            # The admission webhooks' share of the stages (the API server's own histogram: means, not quantiles).
+            entry["stages"]["admission_webhooks"] = webhooks
+            _progress(f"round {index + 1}, where a gang's time goes (seconds):\n{timeline.table(entry['stages'])}")
             rounds.append(entry)
     finally:
         _register(client, registration, True)
@@ -187,37 +197,59 @@ def _register(client: ApiClient, registration: JSON, on: bool) -> None:
 
 
 # ------------------------------------------------------------------------------------------ one arm
-def _arm(stack: Stack, k: kube.Kube, shape: Shape, arm: str, gpus: int, args: argparse.Namespace) -> JSON:
+def _arm(stack: Stack, k: kube.Kube, shape: Shape, arm: str, gpus: int,
+         args: argparse.Namespace) -> tuple[JSON, timeline.Recorder, JSON]:
     namespace = f"pipe-{arm}-{uuid.uuid4().hex[:5]}"
     k.create(kube.NAMESPACES, {"metadata": {"name": namespace}})
     if shape.scheduler == "kueue":
         _kueue_queues(k, arm, namespace, gpus)
     tracker = _Tracker(shape, workload.GANG_LABEL[shape.scheduler])
-    informer = kube.Informer(k, kube.PODS, namespace, on_change=tracker.on_change).start()
+    recorder = timeline.Recorder(shape.scheduler, shape.size, workload.GANG_LABEL[shape.scheduler])
+    resource = kube.VOLCANO_JOBS if shape.scheduler == "volcano" else kube.BATCH_JOBS
+
+    def on_pod(event: str, pod: JSON) -> None:
+        tracker.on_change(event, pod)
+        recorder.on_pod(event, pod)
+
+    # The timeline's watches: pods (also the latency figures), the gang's Job, its PodGroup or Workload, our claims.
+    informers = [kube.Informer(k, kube.PODS, namespace, on_change=on_pod).start(),
+                 kube.Informer(k, resource, namespace, on_change=recorder.on_job).start(),
+                 kube.Informer(k, kube.PODGROUPS if shape.scheduler == "volcano" else kube.WORKLOADS, namespace,
+                               on_change=recorder.on_group).start(),
+                 kube.Informer(k, kube.CLAIMS, namespace, on_change=recorder.on_claim).start()]
+
+    def submit(obj: JSON) -> None:
+        tracker.submit(obj["metadata"]["name"], lambda: k.create(resource, obj))
+        recorder.mark(obj["metadata"]["name"], "created")
+
     try:
-        if not informer.wait_synced(60):
-            raise RuntimeError(f"pod watch of {namespace} not synced within 60 s")
+        for informer in informers:
+            if not informer.wait_synced(60):
+                raise RuntimeError(f"{informer.resource.plural} watch of {namespace} not synced within 60 s")
         load = _loadavg()
-        metrics_before = _apiserver_metrics(stack)
+        text_before = _apiserver_metrics(stack)
         controller_before = _controller_cycles(stack)
         cpu_before = _cpu(stack)
         manifests = [workload.gang(shape, arm, namespace, index) for index in range(shape.gangs)]
-        resource = kube.VOLCANO_JOBS if shape.scheduler == "volcano" else kube.BATCH_JOBS
         first = time.monotonic()
         with ThreadPoolExecutor(args.submitters) as pool:
-            list(pool.map(lambda obj: tracker.submit(obj["metadata"]["name"], lambda: k.create(resource, obj)), manifests))
+            list(pool.map(submit, manifests))
         submitted = time.monotonic()
         complete = tracker.done.wait(args.timeout)
         last = time.monotonic()
         cpu_after = _cpu(stack)
         controller_after = _controller_cycles(stack)
-        metrics_after = _apiserver_metrics(stack)
+        text_after = _apiserver_metrics(stack)
     finally:
-        informer.stop()
+        for informer in informers:
+            informer.stop()
+    for gang, at in tracker.submitted.items():
+        recorder.mark(gang, "submitted", at)
     figures = tracker.figures(first, last if not complete else tracker.last_bound)
     cycles = controller_after[1] - controller_before[1]
     mean_cycle = (controller_after[0] - controller_before[0]) / cycles if cycles else 0.0
-    api_writes = workload.writes(metrics_before, metrics_after)
+    api_writes = workload.writes(workload.request_counts(text_before), workload.request_counts(text_after))
+    webhooks = workload.webhook_calls(workload.webhook_admission(text_before), workload.webhook_admission(text_after))
     result: JSON = {
         "complete": complete, **figures,
         "submit_s": round(submitted - first, 3),
@@ -228,7 +260,7 @@ def _arm(stack: Stack, k: kube.Kube, shape: Shape, arm: str, gpus: int, args: ar
         "loadavg_before": load, "loadavg_after": _loadavg(),
     }
     _clean(k, namespace, args.timeout)
-    return result
+    return result, recorder, webhooks
 
 
 class _Tracker:
@@ -308,12 +340,12 @@ def _clean(k: kube.Kube, namespace: str, timeout: float) -> None:
 
 
 # ------------------------------------------------------------------------------------------ readings
-def _apiserver_metrics(stack: Stack) -> dict[tuple[str, str, str, bool], float]:
+def _apiserver_metrics(stack: Stack) -> str:
     plane = stack.plane
     context = ssl.create_default_context(cafile=str(plane.ca_path))
     context.load_cert_chain(str(plane.admin_cert_path), str(plane.admin_key_path))
     with urllib.request.urlopen(f"{plane.server_url}/metrics", timeout=30, context=context) as response:
-        return workload.request_counts(response.read().decode())
+        return str(response.read().decode())
 
 
 def _controller_cycles(stack: Stack) -> tuple[float, float]:

@@ -153,6 +153,32 @@ def histogram_totals(text: str, metric: str) -> tuple[float, float]:
     return total, count
 
 
+def webhook_admission(text: str) -> dict[str, tuple[float, float]]:
+    """(seconds, calls) per admission webhook name, from the API server's
+    ``apiserver_admission_webhook_admission_duration_seconds`` (summed over operation, type, rejected)."""
+    found: dict[str, tuple[float, float]] = {}
+    metric = "apiserver_admission_webhook_admission_duration_seconds"
+    for suffix, index in (("_sum", 0), ("_count", 1)):
+        for labels, value in samples(text, metric + suffix):
+            name = labels.get("name", "")
+            pair = list(found.get(name, (0.0, 0.0)))
+            pair[index] += value
+            found[name] = (pair[0], pair[1])
+    return found
+
+
+def webhook_calls(before: Mapping[str, tuple[float, float]], after: Mapping[str, tuple[float, float]]) -> JSON:
+    """The calls to each admission webhook between two ``webhook_admission`` readings and their mean latency."""
+    calls: JSON = {}
+    for name, (seconds, count) in sorted(after.items()):
+        was_seconds, was_count = before.get(name, (0.0, 0.0))
+        n = int(round(count - was_count))
+        if n > 0:
+            calls[name] = {"calls": n, "mean_s": round((seconds - was_seconds) / n, 4),
+                           "total_s": round(seconds - was_seconds, 3)}
+    return calls
+
+
 def percentile(values: Iterable[float], q: float) -> float | None:
     """The ``q``-th percentile (linear interpolation, as numpy's default), None for no values."""
     ordered = sorted(values)
