@@ -10,10 +10,14 @@ import numpy as np
 def autocorrelation(x):
     """acf[k] = mean of (x[i] - m)(x[i + k] - m) over the n - k pairs, over the same at lag 0 (zeros if x is flat)."""
     n = len(x)
+    peak = max(abs(v) for v in x)
+    if peak == 0:
+        return np.zeros(n)
+    x = [v / peak for v in x]  # the result does not depend on scale; this keeps tiny signals' products normal floats
     m = sum(x) / n
     c = [x_i - m for x_i in x]
     raw = [sum(c[i] * c[i + k] for i in range(n - k)) / (n - k) for k in range(n)]
-    flat = (1e-9 * max(abs(v) for v in x)) ** 2  # constant up to rounding: no autocorrelation
+    flat = 1e-18  # constant up to rounding (a peak of 1): no autocorrelation
     return np.array([r / raw[0] for r in raw]) if raw[0] > flat else np.zeros(n)
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
@@ -17,8 +17,16 @@ values = st.floats(0.0, 1000.0, allow_nan=False)
 
 @settings(max_examples=60, deadline=None)
 @given(arrays(np.float64, st.integers(2, 80), elements=values))
+@example(np.array([3.6e-158] + [0.0] * 23))  # found by hypothesis: products of a tiny signal fell into subnormals
 def test_autocorrelation_matches_the_loop(x):
     assert np.allclose(period.autocorrelation(x), reference.autocorrelation(list(x)), atol=1e-9)
+
+
+@settings(max_examples=40, deadline=None)
+@given(arrays(np.float64, st.integers(2, 80), elements=st.integers(0, 1000).map(float)),
+       st.sampled_from([1e-300, 1e-158, 1e150]))
+def test_autocorrelation_does_not_depend_on_scale(x, scale):  # whole numbers: x * scale stays a normal float
+    assert np.allclose(period.autocorrelation(x * scale), period.autocorrelation(x), atol=1e-9)
 
 
 @settings(max_examples=60, deadline=None)

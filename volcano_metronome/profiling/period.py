@@ -60,17 +60,22 @@ class NoPeriod:
 def autocorrelation(x: np.ndarray) -> np.ndarray:
     """Unbiased, normalised autocorrelation of ``x`` (mean removed) for lags ``0 .. len(x) - 1``."""
     n = x.size
-    centred = x - x.mean()
+    peak = float(np.max(np.abs(x))) if n else 0.0
+    if peak == 0.0:
+        return np.zeros(n)
+    # Scaled to a peak of 1 (the result does not depend on scale): the products of a tiny signal would
+    # otherwise fall into subnormal floats and lose their digits.
+    centred = x / peak - np.mean(x / peak)
     size = 1 << int(math.ceil(math.log2(max(2, 2 * n))))
     spectrum = np.fft.rfft(centred, size)
     raw = np.fft.irfft(spectrum * np.conj(spectrum), size)[:n]
     unbiased = raw / (n - np.arange(n))
-    return unbiased / unbiased[0] if unbiased[0] > _flat(x) else np.zeros(n)
+    return unbiased / unbiased[0] if unbiased[0] > FLAT else np.zeros(n)
 
 
-def _flat(x: np.ndarray) -> float:
-    """A variance below which ``x`` is constant up to rounding (and has no autocorrelation to speak of)."""
-    return float((1e-9 * np.max(np.abs(x))) ** 2) if x.size else 0.0
+#: The variance (of the signal scaled to a peak of 1) below which it is constant up to rounding, and has
+#: no autocorrelation to speak of.
+FLAT = 1e-18
 
 
 def find(rate: np.ndarray) -> Found | NoPeriod:
