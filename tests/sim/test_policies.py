@@ -7,16 +7,18 @@ import pytest
 
 from volcano_metronome.core.profile import Profile, Window
 from volcano_metronome.scenario import JobSpec, parse
-from volcano_metronome.sim.policies import Context, SimPolicy, make, parse_names
+from volcano_metronome.sim.policies import POLICIES, Context, SimPolicy, make, parse_names
 from volcano_metronome.sim.workload import SimScenario
 from volcano_metronome.core.errors import InvalidInput
 
 PROFILE = Profile(200.0, (Window(100.0, 50.0, 80.0),), 0.0)
 
 
-def ctx(racks: int = 2, nodes: int = 4, gpus: int = 4, nic: float = 100.0, uplink: float = 200.0) -> Context:
+def ctx(racks: int = 2, nodes: int = 4, gpus: int = 4, nic: float = 100.0, uplink: float = 200.0,
+        policy: dict[str, object] | None = None) -> Context:
     data = {"name": "t", "topology": {"racks": racks, "nodes_per_rack": nodes, "gpus_per_node": gpus,
                                       "nic_gbps": nic, "uplink_gbps": uplink},
+            "policy": policy or {},
             "jobs": [{"name": "x", "workers": 1, "profile": PROFILE.to_dict()}]}
     scenario = parse(data)
     return Context(scenario, scenario.topology.build(), seed=0)
@@ -27,8 +29,8 @@ def job(name: str, workers: int, gpus: int = 1, priority: int = 0, arrival: floa
     return JobSpec(name, arrival, workers, gpus, 10, priority, profile)
 
 
-def placed(policy: SimPolicy, *jobs: JobSpec) -> dict[str, tuple[list[int], list[int], float | None]]:
-    return {p.uid: (p.nodes.tolist(), p.members.tolist(), p.offset_ms) for p in policy.schedule(0.0, list(jobs))}
+def placed(policy: SimPolicy, *jobs: JobSpec, now: float = 0.0) -> dict[str, tuple[list[int], list[int], float | None]]:
+    return {p.uid: (p.nodes.tolist(), p.members.tolist(), p.offset_ms) for p in policy.schedule(now, list(jobs))}
 
 
 def test_default_spreads_members_over_the_least_allocated_nodes() -> None:
@@ -63,11 +65,26 @@ def test_exclusive_admits_only_when_the_peak_fits_every_link_else_waits() -> Non
     assert placed(policy, job("c", 2, gpus=1)) == {"c": ([0], [2], None)}
 
 
-def test_queue_orders_priority_for_the_production_baselines_and_fifo_for_cassini() -> None:
-    small = ctx(racks=1, nodes=1, gpus=4)
-    low, high = job("low", 4, arrival=0.0), job("high", 4, priority=10, arrival=1.0)
-    assert list(placed(make("volcano-topology", small), low, high)) == ["high"]
-    assert list(placed(make("cassini", ctx(racks=1, nodes=1, gpus=4)), low, high)) == ["low"]
+# One node holds one of two 4-GPU gangs: the one the queue puts first runs. ``high`` (priority 10)
+# arrives after ``low`` (priority 0); with aging (1 point a minute) ``low`` has caught up after 10
+# minutes of ``high``'s arrival, not after 100 s.
+QUEUE_CASES = [
+    ({"ordering": "FIFO"}, 1.0, 1.0, "low"),
+    ({"ordering": "StrictPriority"}, 1.0, 1.0, "high"),
+    ({}, 1.0, 1.0, "high"),  # the default QueuePolicy orders StrictPriority
+    ({"ordering": "PriorityWithAging", "aging_per_minute": 1.0}, 100.0, 200.0, "high"),
+    ({"ordering": "PriorityWithAging", "aging_per_minute": 1.0}, 700.0, 1000.0, "low"),
+]
+
+
+@pytest.mark.parametrize("name", sorted(POLICIES))
+@pytest.mark.parametrize(("queue", "high_arrives", "now", "first"), QUEUE_CASES)
+def test_every_policy_orders_its_queue_as_the_scenario_says(name: str, queue: dict[str, object], high_arrives: float,
+                                                            now: float, first: str) -> None:
+    # The queue order is the host scheduler's, so the policies differ in placement and timing only.
+    low, high = job("low", 4, arrival=0.0), job("high", 4, priority=10, arrival=high_arrives)
+    policy = make(name, ctx(racks=1, nodes=1, gpus=4, policy=queue))
+    assert list(placed(policy, low, high, now=now)) == [first]
 
 
 def test_cassini_rotates_the_second_gang_into_the_first_ones_gap() -> None:

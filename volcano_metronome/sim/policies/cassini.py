@@ -13,8 +13,9 @@ one link: the strongest honest reading. The best candidate wins (the underlying 
 Time-shifts follow CASSINI's traversal of the affinity graph: the new gang takes the best rotation
 on its first shared link; every other component it touches is rotated rigidly so that the gang's
 rotation on the link joining them is that link's best. When every candidate loops, the underlying
-scheduler's first candidate is taken, shifted against its first shared link only. FIFO order, no
-priorities, no re-optimisation on departures. Offsets live on the same slot grid as the core's.
+scheduler's first candidate is taken, shifted against its first shared link only. The queue order
+is the host scheduler's, i.e. the scenario's (``common.queue_order``); no priorities in the
+placement rule, no re-optimisation on departures. Offsets live on the same slot grid as the core's.
 Where CASSINI's rule leaves a tie (several rotations with the least overflow, or no shared link at
 all), the rotation whose first slot comes soonest wins, as for ``metronome`` (``common.first_slot``).
 """
@@ -33,7 +34,7 @@ from volcano_metronome.core.traffic import loaded_links, scaled
 from volcano_metronome.scenario import JobSpec
 from volcano_metronome.sim.fluid import mirror_of
 from volcano_metronome.sim.policies import Context, Placement, SimPolicy
-from volcano_metronome.sim.policies.common import fifo, first_slot, racks_of
+from volcano_metronome.sim.policies.common import first_slot, queue_order, racks_of
 from volcano_metronome.sim.policies.volcano_topology import lowest_tier
 
 
@@ -57,9 +58,9 @@ class Cassini(SimPolicy):
         self.counts = {"decisions": 0, "sharing": 0, "looped_all": 0, "discarded_loops": 0, "shifted": 0}
 
     def schedule(self, now: float, pending: Sequence[JobSpec]) -> list[Placement]:
-        """Place pending gangs in arrival order."""
+        """Place pending gangs in the scenario's queue order (the host scheduler's)."""
         out = []
-        for job in fifo(pending):
+        for job in queue_order(pending, self.ctx.scenario.policy, now):
             started = time.perf_counter()
             placed = self._decide(job, now)
             self.stats.decision_ms.append((time.perf_counter() - started) * 1000.0)

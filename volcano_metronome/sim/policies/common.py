@@ -1,4 +1,4 @@
-"""Pieces the baselines share: queue orders, GPU bookkeeping and the classic node-filling rules."""
+"""Pieces the policies share: the queue order, GPU bookkeeping and the classic node-filling rules."""
 
 from __future__ import annotations
 
@@ -8,18 +8,22 @@ from typing import Sequence
 import numpy as np
 
 from volcano_metronome.core.grid import SlotGrid
+from volcano_metronome.core.model import Policy
+from volcano_metronome.core.ordering import order
 from volcano_metronome.core.topology import Topology
 from volcano_metronome.scenario import JobSpec
 
 
-def by_priority(pending: Sequence[JobSpec]) -> list[JobSpec]:
-    """Priority first, then arrival (kube-scheduler's PrioritySort, Volcano's and Kueue's queues)."""
-    return sorted(pending, key=lambda j: (-j.priority, j.arrival_s, j.name))
+def queue_order(pending: Sequence[JobSpec], policy: Policy, now_s: float) -> list[JobSpec]:
+    """``pending`` in the scenario's queue order, by ``core.ordering.order``'s rule (as ``metronome`` orders).
 
-
-def fifo(pending: Sequence[JobSpec]) -> list[JobSpec]:
-    """Arrival order."""
-    return sorted(pending, key=lambda j: (j.arrival_s, j.name))
+    The order of the queue is the host scheduler's (Volcano's priority or FIFO plugins, Kueue's
+    StrictFIFO / BestEffortFIFO with priorities; CASSINI sits on top of one): every policy takes it
+    from the scenario's ``policy`` (FIFO, StrictPriority, or PriorityWithAging with its aging), so
+    the policies differ in placement and timing only.
+    """
+    jobs = {job.name: job for job in pending}
+    return [jobs[gang.uid] for gang in order([job.gang() for job in pending], policy, now_s)]
 
 
 def first_slot(now_s: float, grid: SlotGrid, period_slots: int) -> int:

@@ -1,6 +1,7 @@
 """``default``: kube-scheduler with a gang plugin: spread over the least-allocated nodes, no offsets.
 
-Pods are scheduled one at a time in priority order (PrioritySort); each goes to the node with the
+Gangs are taken in the scenario's queue order (``common.queue_order``: the host scheduler's, e.g.
+PrioritySort), their pods one at a time; each goes to the node with the
 most free GPUs (NodeResourcesFit LeastAllocated), equal scores broken at random (seeded), as the
 kube-scheduler does. A gang is placed only whole (coscheduling); one that does not fit waits without
 blocking smaller ones behind it. No network awareness, no offsets.
@@ -15,7 +16,7 @@ import numpy as np
 
 from volcano_metronome.scenario import JobSpec
 from volcano_metronome.sim.policies import Context, Placement, SimPolicy
-from volcano_metronome.sim.policies.common import Gpus, by_priority, room
+from volcano_metronome.sim.policies.common import Gpus, queue_order, room
 
 
 class Default(SimPolicy):
@@ -29,9 +30,9 @@ class Default(SimPolicy):
         self.rng = np.random.default_rng([ctx.seed, 1])
 
     def schedule(self, now: float, pending: Sequence[JobSpec]) -> list[Placement]:
-        """Place every pending gang that fits, in priority order."""
+        """Place every pending gang that fits, in the scenario's queue order."""
         out = []
-        for job in by_priority(pending):
+        for job in queue_order(pending, self.ctx.scenario.policy, now):
             started = time.perf_counter()
             placed = self._spread(job)
             self.stats.decision_ms.append((time.perf_counter() - started) * 1000.0)

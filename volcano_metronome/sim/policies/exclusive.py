@@ -5,7 +5,8 @@ over-subscribed and no burst is ever slowed; the price is admission. A gang is a
 its peak fits every link: the lowest-tier binpack candidates of ``volcano-topology`` (one node, else
 each fitting rack, fullest first), first over all nodes, then over the nodes whose NIC still has
 the headroom; failing that, across the fewest racks among nodes whose NIC and rack uplink have it.
-Otherwise it waits, in priority-then-FIFO order (a waiting gang does not block smaller ones).
+Otherwise it waits, in the scenario's queue order (``common.queue_order``; a waiting gang does not
+block smaller ones).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import numpy as np
 from volcano_metronome.core.traffic import link_shares
 from volcano_metronome.scenario import JobSpec
 from volcano_metronome.sim.policies import Context, Placement, SimPolicy
-from volcano_metronome.sim.policies.common import Gpus, by_priority, racks_of, room
+from volcano_metronome.sim.policies.common import Gpus, queue_order, racks_of, room
 from volcano_metronome.sim.policies.volcano_topology import lowest_tier, per_rack, spanning
 
 
@@ -43,9 +44,9 @@ class Exclusive(SimPolicy):
         self.uplink = (node_of[tiers == 1], ids[tiers == 1])
 
     def schedule(self, now: float, pending: Sequence[JobSpec]) -> list[Placement]:
-        """Admit every pending gang whose peak fits, in priority order."""
+        """Admit every pending gang whose peak fits, in the scenario's queue order."""
         out = []
-        for job in by_priority(pending):
+        for job in queue_order(pending, self.ctx.scenario.policy, now):
             started = time.perf_counter()
             found = self._admit(job)
             self.stats.decision_ms.append((time.perf_counter() - started) * 1000.0)

@@ -4,7 +4,8 @@ The strongest production baseline: a gang goes to the lowest network tier that c
 HyperNodes, Kueue Topology-Aware Scheduling): one node if it fits there, else one rack, else the
 fewest racks (soft mode: it spans rather than waits). Among fitting nodes and racks the fullest wins
 (binpack, to keep large holes for large gangs), and inside the chosen rack pods are bin-packed one
-by one (most allocated node first). Priority order, a gang that does not fit does not block others.
+by one (most allocated node first). The scenario's queue order (``common.queue_order``); a gang that
+does not fit does not block others.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import numpy as np
 
 from volcano_metronome.scenario import JobSpec
 from volcano_metronome.sim.policies import Context, Placement, SimPolicy
-from volcano_metronome.sim.policies.common import Gpus, binpack_order, by_priority, fill, racks_of, room, single_node
+from volcano_metronome.sim.policies.common import Gpus, binpack_order, fill, queue_order, racks_of, room, single_node
 
 
 def lowest_tier(free: np.ndarray, rack: np.ndarray, job: JobSpec,
@@ -70,9 +71,9 @@ class VolcanoTopology(SimPolicy):
         self.rack = racks_of(ctx.topology)
 
     def schedule(self, now: float, pending: Sequence[JobSpec]) -> list[Placement]:
-        """Place every pending gang that fits, in priority order."""
+        """Place every pending gang that fits, in the scenario's queue order."""
         out = []
-        for job in by_priority(pending):
+        for job in queue_order(pending, self.ctx.scenario.policy, now):
             started = time.perf_counter()
             found = lowest_tier(self.gpus.free, self.rack, job)
             self.stats.decision_ms.append((time.perf_counter() - started) * 1000.0)
