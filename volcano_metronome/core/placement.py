@@ -103,7 +103,7 @@ def candidates(topology: Topology, free_gpus: np.ndarray, link_mean: np.ndarray,
         binpacked = [make(nodes, 0) for nodes in packed]
         # The same domains' nodes, least-loaded NICs first: ranked after every binpack, so core.decision
         # takes one only where its expected collisions are strictly lower (same domain, same locality).
-        spread = []
+        spread: list[Candidate] = []
         for nodes in packed:
             cand = make(_least_loaded(nodes, room, load), 0)
             if not _same_as_any(cand, binpacked) and not _same_as_any(cand, spread):
