@@ -10,8 +10,9 @@ The bound on the work per decision is ``limit`` node sets (``Policy.max_candidat
    the core never places worse than it; the others let ``core.decision`` trade a fuller rack for
    less contention. Then, while the primary candidates number at most ``limit``, the same domains'
    nodes with the least-loaded NICs first (roomiest first among equals): ranked after every binpack,
-   so a tie in expected cost keeps the binpack, and one is taken only where it is expected to
-   collide less (round 7 of docs/simulator.md; a fill of the emptiest nodes taken whatever the
+   so ``core.decision`` takes one only where it scores strictly better (with lock on demand, the
+   default: a strictly lower expected cost; without it, as between racks: fit, overflow, then a lower
+   peak), and a tie keeps the binpack (round 7 of docs/simulator.md; a fill of the emptiest nodes taken whatever the
    collisions fragmented partly used nodes and queued later gangs longer). Up to two *spanning*
    candidates, which cross domains but use the least-loaded uplinks or NICs, are kept as
    *secondary*: ``core.decision`` scores them only as a last resort.
