@@ -8,12 +8,17 @@ The bound on the work per decision is ``limit`` node sets (``Policy.max_candidat
    ``limit - 2`` *primary* candidates, Volcano's binpack in each: the fullest fitting domains first,
    their most allocated nodes first. The first is what Volcano's topology plugin would choose, so
    the core never places worse than it; the others let ``core.decision`` trade a fuller rack for
-   less contention (a fill of the emptiest nodes instead fragmented partly used nodes and queued
-   later gangs longer). Up to two *spanning* candidates, which cross domains but use the
-   least-loaded uplinks or NICs, are kept as *secondary*: ``core.decision`` scores them only as a
-   last resort.
+   less contention. Then, while the primary candidates number at most ``limit``, the same domains'
+   nodes with the least-loaded NICs first (roomiest first among equals): ranked after every binpack,
+   so ``core.decision`` takes one only where it scores strictly better (with lock on demand, the
+   default: a strictly lower expected cost; without it, as between racks: fit, overflow, then a lower
+   peak), and a tie keeps the binpack (round 7 of docs/simulator.md; a fill of the emptiest nodes taken whatever the
+   collisions fragmented partly used nodes and queued later gangs longer). Up to two *spanning*
+   candidates, which cross domains but use the least-loaded uplinks or NICs, are kept as
+   *secondary*: ``core.decision`` scores them only as a last resort.
 3. If no domain can hold it, up to ``limit`` spanning candidates are primary, Volcano's first (the
-   roomiest racks, bin-packed inside).
+   roomiest racks, bin-packed inside). A flat cluster (no rack tier) is this case with one domain:
+   its candidates are the least-loaded NICs, roomiest first, then Volcano's binpack.
 """
 
 from __future__ import annotations
@@ -96,7 +101,15 @@ def candidates(topology: Topology, free_gpus: np.ndarray, link_mean: np.ndarray,
         packed = _binpack_domains(domain, room, free_gpus, gang.size, room_for)
         if not packed:
             continue
-        primary = tuple(_ranked([make(nodes, 0) for nodes in packed]))
+        binpacked = [make(nodes, 0) for nodes in packed]
+        # The same domains' nodes, least-loaded NICs first: ranked after every binpack, so core.decision
+        # takes one only where its expected collisions are strictly lower (same domain, same locality).
+        spread: list[Candidate] = []
+        for nodes in packed:
+            cand = make(_least_loaded(nodes, room, load), 0)
+            if not _same_as_any(cand, binpacked) and not _same_as_any(cand, spread):
+                spread.append(cand)
+        primary = tuple(_ranked(binpacked + spread[:max(0, limit - len(binpacked))]))
         if not secondary:
             return Candidates(primary)
         spanning = _ranked(_spanning(topology, room, free_gpus, load, link_mean, make)[:SECONDARY], len(primary))
@@ -117,6 +130,11 @@ def _binpack_domains(domain: np.ndarray, room: np.ndarray, free: np.ndarray, siz
         inside = np.flatnonzero((domain == d) & usable)
         out.append(inside[np.lexsort((inside, free[inside]))])
     return out
+
+
+def _least_loaded(nodes: np.ndarray, room: np.ndarray, load: np.ndarray) -> np.ndarray:
+    """``nodes`` with the least-loaded NICs first, the roomiest first among equals (the index breaks ties)."""
+    return nodes[np.lexsort((nodes, -room[nodes], load[nodes]))]
 
 
 def _spanning(topology: Topology, room: np.ndarray, free: np.ndarray, load: np.ndarray, link_mean: np.ndarray,
@@ -141,6 +159,10 @@ def _spanning(topology: Topology, room: np.ndarray, free: np.ndarray, load: np.n
             rank_of[np.lexsort((np.arange(len(rack_room)),) + keys)] = np.arange(len(rack_room))
             orders.append(nodes[np.lexsort((nodes, load_n, -room_n, rank_of[rack_n]))])
     orders.append(nodes[np.lexsort((nodes, -room_n, load_n))])
+    if topology.tiers == 1:
+        # A flat cluster is one domain: Volcano's binpack (most allocated first) is scored too, after the
+        # least-loaded order, so it is taken only where its expected collisions are strictly lower.
+        orders.append(nodes[np.lexsort((nodes, free_n))])
     out: list[Candidate] = []
     for order in orders:
         cand = make(order, 0)
