@@ -109,6 +109,40 @@ def test_pods_of_a_decided_gang_are_created_placed_and_never_patched(
         cluster.k.request("DELETE", kube.MUTATING_WEBHOOKS.path(None, hook))
 
 
+def volcano_job_with_group(cluster: Cluster, ns: str, replicas: int, gpus: int) -> str:
+    """A managed Volcano Job ``vj`` of one task and the PodGroup vc-controller-manager makes for it (the Job's
+    annotations, owned by the Job, Pending until enqueued); the group's name."""
+    template = b.pod(ns, "unused", "vj", gpus=gpus, gates=(), with_profile=False)
+    job = cluster.k.create(kube.VOLCANO_JOBS, {
+        "apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job",
+        "metadata": {"name": "vj", "namespace": ns, "annotations": {api.MODEL: "resnet50"}},
+        "spec": {"schedulerName": "volcano", "queue": "default", "tasks": [{
+            "name": "worker", "replicas": replicas, "template": {"spec": {
+                "containers": template["spec"]["containers"], "restartPolicy": "Never"}}}]}}, ns)
+    assert json.loads(objects.annotations_of(job)[api.POD_CONSTRAINTS]) == [{}]
+    group = f"vj-{job['metadata']['uid']}"
+    cluster.k.create(kube.PODGROUPS, {
+        "apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "PodGroup",
+        "metadata": {"name": group, "namespace": ns, "annotations": objects.annotations_of(job),
+                     "ownerReferences": [{"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job", "name": "vj",
+                                          "uid": job["metadata"]["uid"], "controller": True,
+                                          "blockOwnerDeletion": True}]},
+        "spec": {"minMember": replicas, "minTaskMember": {"worker": replicas}, "queue": "default",
+                 "minResources": {b.GPU: str(replicas * gpus)}}}, ns)
+    return group
+
+
+def pods_as_volcano_creates(ns: str, group: str, replicas: int, gpus: int) -> list[dict[str, Any]]:
+    """The group's pods as Volcano's job controller creates them from the template: none of our gang keys."""
+    pods = b.volcano_task_pods(ns, group, [("worker", replicas, gpus)])
+    for p in pods:
+        p["spec"].pop("schedulingGates")
+        p["metadata"]["labels"].pop(api.MANAGED_LABEL)
+        for key in (api.GANG_KIND, api.GANG_NAME, api.PROFILE, api.PROFILE_SOURCE):
+            p["metadata"]["annotations"].pop(key)
+    return pods
+
+
 def register_volcano(cluster: Cluster, ns: str, url: str, ca_pem: bytes) -> str:
     """Our webhook for this namespace's Volcano Jobs, PodGroups and pods, as the chart registers it."""
     import base64
@@ -138,36 +172,14 @@ def test_a_volcano_job_is_decided_at_its_podgroup_before_its_pods_exist(
     ns = cluster.namespace()
     hook = register_volcano(cluster, ns, *webhook)
     try:
-        template = b.pod(ns, "unused", "vj", gpus=4, gates=(), with_profile=False)
-        job = cluster.k.create(kube.VOLCANO_JOBS, {
-            "apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job",
-            "metadata": {"name": "vj", "namespace": ns, "annotations": {api.MODEL: "resnet50"}},
-            "spec": {"schedulerName": "volcano", "queue": "default", "tasks": [{
-                "name": "worker", "replicas": 6, "template": {"spec": {
-                    "containers": template["spec"]["containers"], "restartPolicy": "Never"}}}]}}, ns)
-        assert json.loads(objects.annotations_of(job)[api.POD_CONSTRAINTS]) == [{}]
-        # vc-controller-manager's PodGroup: the Job's annotations, owned by the Job, Pending until enqueued.
-        group_name = f"vj-{job['metadata']['uid']}"
-        cluster.k.create(kube.PODGROUPS, {
-            "apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "PodGroup",
-            "metadata": {"name": group_name, "namespace": ns, "annotations": objects.annotations_of(job),
-                         "ownerReferences": [{"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job", "name": "vj",
-                                              "uid": job["metadata"]["uid"], "controller": True,
-                                              "blockOwnerDeletion": True}]},
-            "spec": {"minMember": 6, "minTaskMember": {"worker": 6}, "queue": "default",
-                     "minResources": {b.GPU: "24"}}}, ns)
+        group_name = volcano_job_with_group(cluster, ns, replicas=6, gpus=4)
         start_controller(cluster, tmp_path, controllers, ns)
         claim_name = f"podgroup-{group_name}"
         claim = wait_until(lambda: (c := cluster.claims(ns).get(claim_name)) and (c.get("status") or {}).get(
             "nodes") and c, 60, "the PodGroup decided without pods")
         assert sum(claim["status"]["members"]) == 6
         assert not cluster.k.list(kube.PODS, ns)["items"]  # decided before any pod exists
-        pods = b.volcano_task_pods(ns, group_name, [("worker", 6, 4)])
-        for p in pods:  # as Volcano's job controller creates them from the template: none of our gang keys
-            p["spec"].pop("schedulingGates")
-            p["metadata"]["labels"].pop(api.MANAGED_LABEL)
-            for key in (api.GANG_KIND, api.GANG_NAME, api.PROFILE, api.PROFILE_SOURCE):
-                p["metadata"]["annotations"].pop(key)
+        pods = pods_as_volcano_creates(ns, group_name, replicas=6, gpus=4)
 
         def dry_run_placed() -> bool:
             out = cluster.k.request("POST", kube.PODS.path(ns), body=pods[0], query=[("dryRun", "All")])

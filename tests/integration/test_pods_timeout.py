@@ -10,14 +10,12 @@ controller.
 
 from __future__ import annotations
 
-import json
 import pathlib
 import time
 
-from tests.controller import builders as b
 from tests.controller.cluster import Cluster, ControllerProcess, start_controller, wait_until
-from tests.integration.test_placed_pods import register_volcano
-from volcano_metronome import api, kube
+from tests.integration.test_placed_pods import pods_as_volcano_creates, register_volcano, volcano_job_with_group
+from volcano_metronome import kube
 from volcano_metronome.controller import objects
 from volcano_metronome.shapes.times import parse_time
 
@@ -31,23 +29,7 @@ def test_a_podgroup_whose_pods_never_come_is_released_then_decided_again_with_it
     ns = cluster.namespace()
     hook = register_volcano(cluster, ns, *webhook)
     try:
-        template = b.pod(ns, "unused", "vj", gpus=4, gates=(), with_profile=False)
-        job = cluster.k.create(kube.VOLCANO_JOBS, {
-            "apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job",
-            "metadata": {"name": "vj", "namespace": ns, "annotations": {api.MODEL: "resnet50"}},
-            "spec": {"schedulerName": "volcano", "queue": "default", "tasks": [{
-                "name": "worker", "replicas": 4, "template": {"spec": {
-                    "containers": template["spec"]["containers"], "restartPolicy": "Never"}}}]}}, ns)
-        assert json.loads(objects.annotations_of(job)[api.POD_CONSTRAINTS]) == [{}]
-        group = f"vj-{job['metadata']['uid']}"  # as vc-controller-manager names and owns it, Pending
-        cluster.k.create(kube.PODGROUPS, {
-            "apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "PodGroup",
-            "metadata": {"name": group, "namespace": ns, "annotations": objects.annotations_of(job),
-                         "ownerReferences": [{"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job", "name": "vj",
-                                              "uid": job["metadata"]["uid"], "controller": True,
-                                              "blockOwnerDeletion": True}]},
-            "spec": {"minMember": 4, "minTaskMember": {"worker": 4}, "queue": "default",
-                     "minResources": {b.GPU: "16"}}}, ns)
+        group = volcano_job_with_group(cluster, ns, replicas=4, gpus=4)
         ctl = start_controller(cluster, tmp_path, controllers, ns, extra_settings={"podsTimeoutSeconds": TIMEOUT_S})
         name = f"podgroup-{group}"
         claim = wait_until(lambda: (c := cluster.claims(ns).get(name)) and (c.get("status") or {}).get("nodes") and c,
@@ -83,13 +65,7 @@ def test_a_podgroup_whose_pods_never_come_is_released_then_decided_again_with_it
 
         # Volcano enqueues the group at last and creates the pods: gated by the webhook (the claim holds no
         # nodes), then decided again and released by the controller.
-        pods = b.volcano_task_pods(ns, group, [("worker", 4, 4)])
-        for p in pods:  # as Volcano's job controller creates them from the template: none of our gang keys
-            p["spec"].pop("schedulingGates")
-            p["metadata"]["labels"].pop(api.MANAGED_LABEL)
-            for key in (api.GANG_KIND, api.GANG_NAME, api.PROFILE, api.PROFILE_SOURCE):
-                p["metadata"]["annotations"].pop(key)
-        created = [cluster.k.create(kube.PODS, p, ns) for p in pods]
+        created = [cluster.k.create(kube.PODS, p, ns) for p in pods_as_volcano_creates(ns, group, replicas=4, gpus=4)]
         assert all(objects.gated_by_us(p) for p in created), [p["spec"].get("schedulingGates") for p in created]
 
         def placed_again() -> dict | None:
