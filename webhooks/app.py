@@ -18,6 +18,7 @@ from flask import Flask, Response
 from werkzeug.exceptions import BadRequest, HTTPException, RequestEntityTooLarge
 
 from volcano_metronome.admission import Context, decide, fault, parse_request
+from volcano_metronome.admission.review import compact_json
 from volcano_metronome.core.errors import InvalidInput
 from webhooks import metrics
 
@@ -60,7 +61,7 @@ def create_app(context: Callable[[], Context], ready: Callable[[], bool] = lambd
                 log.exception("admission failed for %s uid=%s", kind, parsed.uid)
                 result, verdict = fault(parsed, f"{type(exc).__name__}: {exc}"), "error"
             metrics.requests(kind, verdict).inc()
-            return "200 OK", _compact(result.review).encode()
+            return "200 OK", compact_json(result.review).encode()
         finally:
             metrics.latency(kind).observe(time.perf_counter() - started)
 
@@ -135,10 +136,6 @@ def _chunked(stream: Any) -> bytes:
         if size > MAX_BODY_BYTES:
             raise RequestEntityTooLarge()
         parts.append(part)
-
-
-#: ``json.dumps(value, separators=(",", ":"))`` without building an encoder per request.
-_compact = json.JSONEncoder(separators=(",", ":")).encode
 
 
 def _json(document: Any, status: int) -> Response:

@@ -172,15 +172,16 @@ def _respond(request: Request, outcome: Outcome, label: str) -> Result:
     response: dict[str, Any] = {"uid": request.uid, "allowed": True}
     if outcome.ops:
         response["patchType"] = "JSONPatch"
-        response["patch"] = base64.b64encode(_compact(outcome.ops).encode()).decode()
+        response["patch"] = base64.b64encode(compact_json(outcome.ops).encode()).decode()
     if outcome.warnings:
         response["warnings"] = [_clean(WARNING_PREFIX + w) for w in outcome.warnings]
     verdict = WARNED if outcome.warnings else (PATCHED if outcome.ops else ALLOWED)
     return Result(_review(response), label, verdict)
 
 
-#: ``json.dumps(value, separators=(",", ":"))`` without building an encoder per call (a tuple encodes as a list).
-_compact = json.JSONEncoder(separators=(",", ":")).encode
+#: ``json.dumps(value, separators=(",", ":"))`` without building an encoder per call (a tuple encodes as a list);
+#: the patch's encoding here, and the whole review's in the HTTP shell.
+compact_json = json.JSONEncoder(separators=(",", ":")).encode
 
 
 def _review(response: dict[str, Any]) -> dict[str, Any]:

@@ -100,9 +100,7 @@ class Recorder:
                 self._owner[(kind, name)] = owner
             else:
                 self.unattributed += 1
-            marks = self._objects.setdefault((kind, name), {})
-            for mark in seen:
-                marks.setdefault(mark, now)
+            self._seen((kind, name), seen, now)
 
     def on_claim(self, event: str, claim: JSON) -> None:
         """An STBandwidthClaim event: created, then decided (its status names nodes)."""
@@ -114,9 +112,13 @@ class Recorder:
         seen = ["claim"] + (["claim_decided"] if (claim.get("status") or {}).get("nodes") else [])
         with self._lock:
             self._claims[_name(claim)] = key
-            marks = self._objects.setdefault(("claim", _name(claim)), {})
-            for mark in seen:
-                marks.setdefault(mark, now)
+            self._seen(("claim", _name(claim)), seen, now)
+
+    def _seen(self, key: tuple[str, str], seen: list[str], now: float) -> None:
+        """Record ``seen`` marks of an object not yet tied to its gang, each at its first sighting (under the lock)."""
+        marks = self._objects.setdefault(key, {})
+        for mark in seen:
+            marks.setdefault(mark, now)
 
     def on_pod(self, event: str, pod: JSON) -> None:
         """A pod event: first/last of the gang created, the last ungated, the last bound."""
