@@ -192,3 +192,14 @@ def test_the_summary_counts_and_names_the_worst():
     assert {(m["scenario"], m["target"]) for m in summ["no_harm_misses"]} == {
         ("b", k) for k in regimes.NO_HARM_KEYS if "avg_jct" in k}
     assert math.isclose(summ["cpu_s"], 3.0)
+
+
+def test_an_earlier_run_s_json_gives_the_table_and_the_heat_map(quick, tmp_path):
+    saved = tmp_path / "regimes.json"
+    saved.write_text(json.dumps({k: v for k, v in quick.items() if k != "_stderr"}))
+    png = tmp_path / "map.png"
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert regimes.main(["--from", str(saved), "--plot", str(png)]) == 0
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "half-nodes-mixed-100g-quick" in out.getvalue() and "2 scenarios" in out.getvalue()

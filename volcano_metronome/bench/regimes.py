@@ -247,6 +247,41 @@ def _f(x: float | None, digits: int, width: int) -> str:
     return f"{'-' if x is None else f'{x:.{digits}f}':>{width}}"
 
 
+def heat_map(doc: Mapping[str, Any], path: str | pathlib.Path) -> pathlib.Path:
+    """A PNG: per sharing regime, metronome's avg JCT over volcano-topology's (median) by periods and NIC speed."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = {(r["axes"]["sharing"], r["axes"]["periods"], r["axes"]["nic_gbps"]): r for r in doc["scenarios"]}
+    sharing = [s for s in SHARING if any(k[0] == s for k in rows)]
+    fig, axes = plt.subplots(1, len(sharing), figsize=(3.6 * len(sharing), 3.6), squeeze=False)
+    image: Any = None
+    for ax, regime in zip(axes[0], sharing):
+        ratio = [[rows[(regime, p, n)]["ratios"][NO_HARM_KEYS[0]] if (regime, p, n) in rows else float("nan")
+                  for n in NIC_GBPS] for p in MIXES]
+        image = ax.imshow(ratio, cmap="RdBu_r", vmin=0.8, vmax=1.2)
+        for i, p in enumerate(MIXES):
+            for j, n in enumerate(NIC_GBPS):
+                r = rows.get((regime, p, n))
+                if r is not None:
+                    harm = "" if all(r["targets"][k]["met"] for k in NO_HARM_KEYS) else "\nHARM"
+                    ax.text(j, i, f"{r['ratios'][NO_HARM_KEYS[0]]:.3f}\nVT exc "
+                            f"{100 * r['volcano_topology_contention_excess']:.1f}%{harm}",
+                            ha="center", va="center", fontsize=8)
+        ax.set_xticks(range(len(NIC_GBPS)), [f"{n} Gbps" for n in NIC_GBPS])
+        ax.set_yticks(range(len(MIXES)), list(MIXES))
+        ax.set_title(regime)
+    fig.colorbar(image, ax=axes[0].tolist(), label="metronome / volcano-topology, avg JCT (median)", shrink=0.8)
+    fig.suptitle(f"Where the offsets pay (offered load {OFFERED_LOAD:g}, {doc['grid']['seeds']} seeds)", y=1.04)
+    out = pathlib.Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=110, bbox_inches="tight")
+    plt.close(fig)
+    return out
+
+
 def run(cells: Sequence[Cell], seeds: int, say: bool = True) -> dict[str, Any]:
     """Simulate every cell; the JSON document."""
     rows = []
@@ -270,6 +305,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", type=int, default=3, help="seeds per scenario (default 3)")
     parser.add_argument("--only", default="", help="comma-separated scenario names to run (default: the whole grid)")
     parser.add_argument("--write", metavar="DIR", help="also write every scenario of the grid as DIR/NAME.yaml")
+    parser.add_argument("--plot", metavar="PNG", help="draw the heat map of metronome / volcano-topology (matplotlib)")
+    parser.add_argument("--from", dest="source", metavar="JSON", help="read an earlier run's JSON instead of running")
     args = parser.parse_args(argv)
     if args.seeds < 1:
         parser.error(f"--seeds: got {args.seeds}, expected an integer >= 1")
@@ -286,7 +323,9 @@ def main(argv: list[str] | None = None) -> int:
         folder.mkdir(parents=True, exist_ok=True)
         for cell in cells:
             (folder / f"{cell.name}.yaml").write_text(scenario_yaml(cell), encoding="utf-8")
-    doc = run(cells, args.seeds)
+    doc = json.loads(pathlib.Path(args.source).read_text(encoding="utf-8")) if args.source else run(cells, args.seeds)
+    if args.plot:
+        heat_map(doc, args.plot)
     text = table(doc["scenarios"], doc["summary"])
     if args.json:
         print(json.dumps(doc, indent=2))
