@@ -266,12 +266,12 @@ def heat_map(doc: Mapping[str, Any], path: str | pathlib.Path) -> pathlib.Path:
             for j, n in enumerate(NIC_GBPS):
                 r = rows.get((regime, p, n))
                 if r is not None:
-                    harm = "" if all(r["targets"][k]["met"] for k in NO_HARM_KEYS) else "\nHARM"
+                    harm = "" if all(r["targets"][k]["met"] for k in NO_HARM_KEYS) else "\nno-harm MISSED"
                     ax.text(j, i, f"{r['ratios'][NO_HARM_KEYS[0]]:.3f}\nVT exc "
                             f"{100 * r['volcano_topology_contention_excess']:.1f}%{harm}",
                             ha="center", va="center", fontsize=8)
         ax.set_xticks(range(len(NIC_GBPS)), [f"{n} Gbps" for n in NIC_GBPS])
-        ax.set_yticks(range(len(MIXES)), list(MIXES))
+        ax.set_yticks(range(len(MIXES)), list(MIXES) if ax is axes[0][0] else [])
         ax.set_title(regime)
     fig.colorbar(image, ax=axes[0].tolist(), label="metronome / volcano-topology, avg JCT (median)", shrink=0.8)
     fig.suptitle(f"Where the offsets pay (offered load {OFFERED_LOAD:g}, {doc['grid']['seeds']} seeds)", y=1.04)
