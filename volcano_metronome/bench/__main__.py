@@ -11,7 +11,7 @@ BENCHMARKS = {
     "webhook": "admission latency and throughput of the real TLS server",
     "controller": "gangs ungated per second against a real kube-apiserver",
     "pipeline": "submission to bound, Volcano or Kueue alone and with metronome, on the local stack",
-    "regimes": "issue 12's targets over a grid of contended simulated regimes (where the offsets pay)",
+    "regimes": "a grid of generated scenarios: where metronome's offsets pay, and do-no-harm on each",
 }
 
 

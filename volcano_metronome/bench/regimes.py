@@ -1,201 +1,335 @@
-"""Where the phase offsets pay: issue 12's targets over a fixed grid of contended regimes.
+"""``python -m volcano_metronome.bench regimes [--quick] [--json] [--seeds N]``: where the offsets pay.
 
-``python -m volcano_metronome.bench regimes [--quick] [--seeds N] [--only TEXT] [--json]``
+A fixed grid of generated scenarios, written in the ordinary scenario format (a ``generate:`` block,
+nothing new), each run through the simulator's own path (``sim.runner.simulate``, what
+``volcano-metronome simulate`` runs) under metronome, metronome-free, volcano-topology and cassini.
+Three axes, fixed before any run (docs/simulator.md, "Where the offsets pay: a regime map"):
 
-Every scenario of the grid is generated with the scenario format's own ``generate:`` block and run
-through the simulator exactly as ``volcano-metronome simulate`` runs it (``sim.runner.simulate``),
-under ``metronome``, ``metronome-free`` (the ablation: our placements, no offsets),
-``volcano-topology`` (the strongest baseline) and ``cassini``; the verdicts are the report's own
-(``sim.report.issue12_targets``). The grid (fixed before it was first run, docs/simulator.md, "Where
-the offsets pay: a regime map") crosses three ways links get shared, three period mixes and two
-execution models:
+* **periods**: one model (vgg11); two models whose snapped periods divide one another at both NIC
+  speeds (bert-base and vgg19: 200 and 400 ms at 100 Gbps, 175 and 350 ms at 200 Gbps); four models
+  none of whose snapped periods divides another's (vgg11, bert-base, gpt3, camembert).
+* **NIC speed**: 100 or 200 Gbps (compute is the same, so it sets the duty cycles).
+* **sharing**: half-node workers on one flat rack (``half-nodes.yaml``); partial-node gangs over
+  four racks with 2:1 uplinks (``fragmented.yaml``); whole-node gangs over eight small racks with
+  4:1 uplinks (``multirack-4to1.yaml``).
 
-* sharing: ``half-nodes`` (a flat rack of 8 nodes, 100 Gbps NICs, gangs of 3 x 4 GPUs, so packed
-  gangs share half nodes' NICs), ``fragmented`` (4 racks x 8 nodes, 200 Gbps NICs, 2:1 uplinks,
-  gangs of 2- to 4-GPU workers at high load), ``multirack`` (8 racks x 4 nodes, 200 Gbps NICs, 4:1
-  uplinks, whole-node gangs of 4 to 12 nodes that span racks);
-* mix: ``one-model`` (vgg11 only: every gang's period equal), ``two-models`` (vgg11 and gpt3),
-  ``mixed`` (eight catalog models);
-* execution: ``steady`` (no noise) or ``noisy`` (2 % two-sided iteration noise, one straggling
-  iteration in 500 at twice its compute, start-up delay 5 to 30 s: the issue-12 scenarios' block
-  without overlap).
+Every scenario has its arrival rate set so that its offered GPU load (``sim.workload.offered_load``)
+is 3.0, the saturation of the contended examples (2.7 to 4.0). The figures, ratios, excess and
+excess recovered are the report's own (``sim.report``); targets are issue 12's (``issue12_targets``):
+do-no-harm judged on every seed, the win targets on the medians over seeds, as ``simulate`` prints them.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import pathlib
 import sys
+import time
+from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
-from volcano_metronome.sim.report import SHARED_EXCESS, issue12_targets
+import yaml
+
+from volcano_metronome.catalog import builtin
+from volcano_metronome.sim.report import NO_HARM, issue12_targets
 from volcano_metronome.sim.runner import simulate
-from volcano_metronome.sim.workload import SimScenario, parse_sim
+from volcano_metronome.sim.workload import SimScenario, offered_load, parse_sim
 
 POLICIES = ("metronome", "metronome-free", "volcano-topology", "cassini")
-
-SHARING: dict[str, dict[str, Any]] = {
-    "half-nodes": {
-        "topology": {"racks": 1, "nodes_per_rack": 8, "gpus_per_node": 8, "nic_gbps": 100},
-        "generate": {"count": 24, "seed": 3, "arrival": {"rate_per_min": 6},
-                     "shapes": [{"workers": 3, "gpus_per_worker": 4, "weight": 1}], "iterations": [400, 800]},
-    },
-    "fragmented": {
-        "topology": {"racks": 4, "nodes_per_rack": 8, "gpus_per_node": 8, "nic_gbps": 200, "uplink_gbps": 800},
-        "generate": {"count": 60, "seed": 21, "arrival": {"rate_per_min": 30},
-                     "shapes": [{"workers": 4, "gpus_per_worker": 2, "weight": 3},
-                                {"workers": 4, "gpus_per_worker": 4, "weight": 3},
-                                {"workers": 8, "gpus_per_worker": 2, "weight": 2},
-                                {"workers": 8, "gpus_per_worker": 4, "weight": 2},
-                                {"workers": 6, "gpus_per_worker": 3, "weight": 1}],
-                     "iterations": [200, 600]},
-    },
-    "multirack": {
-        "topology": {"racks": 8, "nodes_per_rack": 4, "gpus_per_node": 8, "nic_gbps": 200, "uplink_gbps": 200},
-        "generate": {"count": 40, "seed": 12, "arrival": {"rate_per_min": 12},
-                     "shapes": [{"workers": 4, "gpus_per_worker": 8, "weight": 3},
-                                {"workers": 6, "gpus_per_worker": 8, "weight": 3},
-                                {"workers": 8, "gpus_per_worker": 8, "weight": 2},
-                                {"workers": 12, "gpus_per_worker": 8, "weight": 1}],
-                     "iterations": [200, 600]},
-    },
-}
+OFFERED_LOAD = 3.0
+GENERATE_SEED = 7
 
 MIXES: dict[str, dict[str, int]] = {
-    "one-model": {"vgg11": 1},
-    "two-models": {"vgg11": 1, "gpt3": 1},
-    "mixed": {"vgg11": 1, "vgg16": 1, "resnet50": 1, "bert-base": 1, "roberta-base": 1, "gpt1": 1, "gpt3": 1,
-              "wideresnet101": 1},
+    "one": {"vgg11": 1},
+    "divisible": {"bert-base": 1, "vgg19": 1},
+    "mixed": {"vgg11": 1, "bert-base": 1, "gpt3": 1, "camembert": 1},
 }
+NIC_GBPS = (100, 200)
+SHARING = ("half-nodes", "fragmented", "multirack")
 
-EXECUTIONS: dict[str, dict[str, Any]] = {
-    "steady": {},
-    "noisy": {"noise_cv": 0.02, "straggler_probability": 0.002, "straggler_slowdown": 2.0, "startup_s": [5, 30]},
-}
+#: Jobs per scenario, sized for 10 to 25 s of CPU for four policies and one seed (quick: about 3 s).
+COUNT = {"half-nodes": 24, "fragmented": 60, "multirack": 40}
+QUICK_COUNT, QUICK_ITERATIONS = 8, (100, 300)
 
-#: ``--quick``: two small cells, for the test suite.
-QUICK = (("half-nodes", "one-model", "steady", 8), ("fragmented", "mixed", "noisy", 12))
-
-
-def scenario(sharing: str, mix: str, execution: str, count: int | None = None) -> dict[str, Any]:
-    """The scenario mapping of one cell of the grid (``count`` overrides the number of jobs)."""
-    base = SHARING[sharing]
-    generate = {**base["generate"], "mix": MIXES[mix]}
-    if count is not None:
-        generate["count"] = count
-    return {"name": f"{sharing}/{mix}/{execution}", "slot_ms": 5, "topology": base["topology"],
-            "policy": {"ordering": "StrictPriority"}, "execution": EXECUTIONS[execution], "generate": generate}
+NO_HARM_KEYS = tuple(f"no_harm.{figure}_vs_{name}" for name, figure, _ in NO_HARM)
+WIN_KEYS = ("win_if_contended.avg_jct_vs_volcano-topology", "win_if_contended.excess_recovered_vs_volcano-topology")
 
 
-def cells(quick: bool) -> list[tuple[str, str, str, int | None]]:
-    """The grid, or the two quick cells."""
+@dataclass(frozen=True)
+class Cell:
+    """One scenario of the grid: its axes."""
+
+    periods: str
+    nic_gbps: int
+    sharing: str
+    quick: bool = False
+
+    @property
+    def name(self) -> str:
+        """The scenario's name: its axes."""
+        return f"regime-{self.sharing}-{self.periods}-{self.nic_gbps}g" + ("-quick" if self.quick else "")
+
+
+def grid(quick: bool = False) -> list[Cell]:
+    """The grid: every combination of the axes, or (quick) two small half-node scenarios."""
     if quick:
-        return list(QUICK)
-    return [(s, m, e, None) for s in SHARING for m in MIXES for e in EXECUTIONS]
+        return [Cell("one", 100, "half-nodes", True), Cell("mixed", 100, "half-nodes", True)]
+    return [Cell(p, nic, s) for s in SHARING for p in MIXES for nic in NIC_GBPS]
 
 
-def verdict(report: Mapping[str, Any]) -> dict[str, Any]:
-    """One cell's figures and issue 12's verdicts, from the simulator's report."""
+def _layout(cell: Cell) -> tuple[dict[str, Any], list[dict[str, int]], list[int]]:
+    """Topology, shapes and iteration range of a sharing regime (those of the contended examples)."""
+    nic = cell.nic_gbps
+    if cell.sharing == "half-nodes":
+        return ({"racks": 1, "nodes_per_rack": 8, "gpus_per_node": 8, "nic_gbps": nic},
+                [{"workers": 3, "gpus_per_worker": 4, "weight": 1}], [400, 800])
+    if cell.sharing == "fragmented":
+        return ({"racks": 4, "nodes_per_rack": 8, "gpus_per_node": 8, "nic_gbps": nic, "uplink_gbps": 4 * nic},
+                [{"workers": 4, "gpus_per_worker": 2, "weight": 3}, {"workers": 4, "gpus_per_worker": 4, "weight": 3},
+                 {"workers": 8, "gpus_per_worker": 2, "weight": 2}, {"workers": 8, "gpus_per_worker": 4, "weight": 2},
+                 {"workers": 6, "gpus_per_worker": 3, "weight": 1}], [200, 600])
+    if cell.sharing == "multirack":
+        return ({"racks": 8, "nodes_per_rack": 4, "gpus_per_node": 8, "nic_gbps": nic, "uplink_gbps": nic},
+                [{"workers": 4, "gpus_per_worker": 8, "weight": 3}, {"workers": 6, "gpus_per_worker": 8, "weight": 3},
+                 {"workers": 8, "gpus_per_worker": 8, "weight": 2}, {"workers": 12, "gpus_per_worker": 8, "weight": 1}],
+                [200, 600])
+    raise ValueError(f"sharing: got {cell.sharing!r}, expected one of {', '.join(SHARING)}")
+
+
+def scenario_data(cell: Cell) -> dict[str, Any]:
+    """The scenario mapping (the YAML ``simulate`` reads), arrival rate set for the offered load."""
+    topology, shapes, iterations = _layout(cell)
+    count = QUICK_COUNT if cell.quick else COUNT[cell.sharing]
+    if cell.quick:
+        iterations = list(QUICK_ITERATIONS)
+
+    def data(rate: float) -> dict[str, Any]:
+        return {
+            "name": cell.name,
+            "description": f"regime map: {cell.sharing}, {cell.periods} periods, {cell.nic_gbps} Gbps NICs, "
+                           f"offered load {OFFERED_LOAD:g}",
+            "seeds": 1,
+            "slot_ms": 5,
+            "topology": topology,
+            "policy": {"ordering": "StrictPriority"},
+            "generate": {"count": count, "seed": GENERATE_SEED,
+                         "arrival": {"process": "poisson", "rate_per_min": rate},
+                         "mix": dict(MIXES[cell.periods]), "shapes": shapes, "iterations": iterations,
+                         "priorities": {0: 1}},
+        }
+
+    unit = parse_sim(data(1.0), builtin())
+    assert unit.generate is not None
+    return data(round(OFFERED_LOAD / offered_load(unit.generate, unit.scenario), 3))
+
+
+def scenario_yaml(cell: Cell) -> str:
+    """The scenario as a YAML file ``volcano-metronome simulate FILE`` reproduces."""
+    return f"# {scenario_data(cell)['description']} (python -m volcano_metronome.bench regimes)\n" + yaml.safe_dump(
+        scenario_data(cell), sort_keys=False, default_flow_style=None, width=120)
+
+
+def sim_scenario(cell: Cell) -> SimScenario:
+    """The scenario as the simulator reads it."""
+    return parse_sim(scenario_data(cell), builtin())
+
+
+def verdicts(report: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """Issue 12's targets on a ``simulate`` report: do-no-harm on every seed, the win targets on the medians.
+
+    Each entry: ``target``, ``applies``, ``met`` (None where it does not apply) and ``value`` (for
+    do-no-harm the worst seed's ratio, ``worst_seed`` and ``per_seed``). A figure a seed lacks fails.
+    """
+    out: dict[str, dict[str, Any]] = {}
+    seeds = [(s["seed"], issue12_targets({"policies": s["policies"], "gains": s["gains"]})) for s in report["per_seed"]]
+    for key, (_, _, bound) in zip(NO_HARM_KEYS, NO_HARM):
+        values = [(seed, t.get(key, {}).get("value")) for seed, t in seeds]
+        known = [(v, seed) for seed, v in values if v is not None]
+        worst, worst_seed = max(known) if known else (None, None)
+        met = bool(values) and len(known) == len(values) and all(t.get(key, {}).get("met") for _, t in seeds)
+        out[key] = {"target": f"<= {bound:g}x", "applies": True, "met": met, "value": worst,
+                    "worst_seed": worst_seed, "per_seed": [v for _, v in values]}
+    median = issue12_targets(report)
+    gate = median.get("win_if_contended")
+    for key in WIN_KEYS:
+        if gate is not None and gate.get("applies") is False:
+            out[key] = {"target": gate["target"], "applies": False, "met": None, "value": None}
+        else:
+            entry = median.get(key)
+            out[key] = ({"target": entry["target"], "applies": True, "met": entry["met"], "value": entry["value"]}
+                        if entry else {"target": "figure missing", "applies": True, "met": False, "value": None})
+    return out
+
+
+def row(cell: Cell, report: Mapping[str, Any], cpu_s: float) -> dict[str, Any]:
+    """One scenario's entry in the JSON: axes, figures, the targets' ratios, excess, locks, verdicts."""
     policies = report["policies"]
+    median = issue12_targets(report)
     ours = policies["metronome"]
-    targets = issue12_targets(report)
-    no_harm = {k.removeprefix("no_harm."): v for k, v in targets.items() if k.startswith("no_harm.")}
-    win = {k.removeprefix("win_if_contended."): v for k, v in targets.items() if k.startswith("win_if_contended.")}
-    excess = policies["volcano-topology"]["contention_excess"]
+    sim = sim_scenario(cell)
+    assert sim.generate is not None
     return {
-        "avg_jct_s": {p: policies[p]["avg_jct_s"] for p in policies},
-        "p99_jct_s": {p: policies[p]["p99_jct_s"] for p in policies},
-        "contention_excess": {p: policies[p]["contention_excess"] for p in policies},
-        "recovered_pct": report["gains"].get("metronome_vs_volcano-topology", {}).get("contention_excess_recovered_pct"),
-        "offsets_alone_pct": _change(policies["metronome-free"]["avg_jct_s"], ours["avg_jct_s"]),
-        "placed_locked": ours.get("placed_locked"),
-        "no_harm": no_harm,
-        "no_harm_met": all(v["met"] for v in no_harm.values()),
-        "contended": excess is not None and excess >= SHARED_EXCESS,
-        "win": win,
-        "win_met": bool(win) and all(v["met"] for v in win.values()),
+        "scenario": cell.name,
+        "axes": {"periods": cell.periods, "models": sorted(MIXES[cell.periods]), "nic_gbps": cell.nic_gbps,
+                 "sharing": cell.sharing},
+        "jobs": sim.generate.count,
+        "rate_per_min": sim.generate.rate_per_min,
+        "offered_load": round(offered_load(sim.generate, sim.scenario), 3),
+        "seeds": list(report["seeds"]),
+        "policies": {name: {k: f.get(k) for k in ("avg_jct_s", "p99_jct_s", "avg_queue_s", "contention_excess",
+                                                  "avg_contention_excess_s", "avg_padding_s")}
+                     for name, f in policies.items()},
+        "ratios": {key: median.get(key, {}).get("value") for key in NO_HARM_KEYS},
+        "volcano_topology_contention_excess": policies["volcano-topology"]["contention_excess"],
+        "excess_recovered_pct": {
+            name: report["gains"].get(f"metronome_vs_{name}", {}).get("contention_excess_recovered_pct")
+            for name in ("volcano-topology", "metronome-free")},
+        "locked_placements": ours.get("placed_locked"),
+        "locks": ours.get("locks"),
+        "link_sharing_decisions": ours.get("link_sharing_decisions"),
+        "targets": verdicts(report),
+        "per_seed": [{"seed": s["seed"],
+                      "policies": {n: {"avg_jct_s": f["avg_jct_s"], "p99_jct_s": f["p99_jct_s"],
+                                       "contention_excess": f["contention_excess"]} for n, f in s["policies"].items()},
+                      "placed_locked": s["policies"]["metronome"].get("placed_locked")} for s in report["per_seed"]],
+        "cpu_s": round(cpu_s, 1),
     }
 
 
 def summary(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """Counts of cells meeting each target, and the worst do-no-harm ratio of each kind with its cell."""
+    """Counts met / missed / not applicable per target, the worst value of each with its scenario, the misses."""
+    counts: dict[str, dict[str, int]] = {}
     worst: dict[str, dict[str, Any]] = {}
-    for row in rows:
-        for key, v in row["no_harm"].items():
-            if key not in worst or v["value"] > worst[key]["value"]:
-                worst[key] = {"value": v["value"], "cell": row["cell"], "met": v["met"]}
-    contended = [r for r in rows if r["contended"]]
-    return {
-        "cells": len(rows),
-        "no_harm_met": sum(1 for r in rows if r["no_harm_met"]),
-        "no_harm_missed": [r["cell"] for r in rows if not r["no_harm_met"]],
-        "worst_no_harm": worst,
-        "contended": len(contended),
-        "win_met": [r["cell"] for r in contended if r["win_met"]],
-        "win_missed": [r["cell"] for r in contended if not r["win_met"]],
-    }
+    for key in NO_HARM_KEYS + WIN_KEYS:
+        c = {"met": 0, "missed": 0, "not_applicable": 0}
+        lowest = key.endswith("recovered_vs_volcano-topology")  # a share recovered: the worst is the smallest
+        pick: dict[str, Any] | None = None
+        for r in rows:
+            t = r["targets"][key]
+            c["not_applicable" if not t["applies"] else "met" if t["met"] else "missed"] += 1
+            if t["applies"] and t["value"] is not None and (
+                    pick is None or (t["value"] < pick["value"] if lowest else t["value"] > pick["value"])):
+                pick = {"value": t["value"], "scenario": r["scenario"], "seed": t.get("worst_seed")}
+        counts[key] = c
+        worst[key] = pick or {"value": None, "scenario": None, "seed": None}
+    misses = [{"scenario": r["scenario"], "target": key, "value": r["targets"][key]["value"],
+               "seed": r["targets"][key].get("worst_seed")}
+              for r in rows for key in NO_HARM_KEYS if not r["targets"][key]["met"]]
+    return {"scenarios": len(rows), "counts": counts, "worst": worst, "no_harm_misses": misses,
+            "cpu_s": round(sum(r["cpu_s"] for r in rows), 1)}
 
 
-def run(grid: Sequence[tuple[str, str, str, int | None]], seeds: Sequence[int], say: Any = None) -> dict[str, Any]:
-    """Simulate every cell under the four policies; the rows and their summary."""
+def table(rows: Sequence[Mapping[str, Any]], summ: Mapping[str, Any]) -> str:
+    """One screen: a line per scenario, then the summary."""
+    head = (f"{'scenario':<34}{'VT exc':>7}{'m/VT':>7}{'m/free':>7}{'m/cas':>7}{'p99/VT':>7}{'recov':>7}"
+            f"{'lock':>5}  {'no-harm':<8}{'win (jct, recovered)':<22}")
+    lines = ["do-no-harm ratios: worst seed; excess, recovered and win: medians over seeds", head, "-" * len(head)]
+    for r in rows:
+        t = r["targets"]
+        ratios = "".join(_f(t[k]["value"], 3, 7) for k in NO_HARM_KEYS)
+        harm = "ok" if all(t[k]["met"] for k in NO_HARM_KEYS) else "MISSED"
+        win = ("n/a" if not t[WIN_KEYS[0]]["applies"]
+               else ", ".join("met" if t[k]["met"] else "missed" for k in WIN_KEYS))
+        lines.append(f"{r['scenario'][len('regime-'):]:<34}{_f(100 * r['volcano_topology_contention_excess'], 1, 6)}%"
+                     f"{ratios}{_f(r['excess_recovered_pct']['volcano-topology'], 0, 6)}%"
+                     f"{r['locked_placements'] or 0:>5}  {harm:<8}{win:<22}")
+    lines.append("")
+    for key, c in summ["counts"].items():
+        w = summ["worst"][key]
+        lines.append(f"{key:<56} met {c['met']:>2}, missed {c['missed']:>2}, n/a {c['not_applicable']:>2}; "
+                     f"worst {_f(w['value'], 4, 0)} ({w['scenario']})")
+    lines.append(f"{summ['scenarios']} scenarios, {summ['cpu_s']} s of CPU")
+    return "\n".join(lines)
+
+
+def _f(x: float | None, digits: int, width: int) -> str:
+    return f"{'-' if x is None else f'{x:.{digits}f}':>{width}}"
+
+
+def heat_map(doc: Mapping[str, Any], path: str | pathlib.Path) -> pathlib.Path:
+    """A PNG: per sharing regime, metronome's avg JCT over volcano-topology's (median) by periods and NIC speed."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = {(r["axes"]["sharing"], r["axes"]["periods"], r["axes"]["nic_gbps"]): r for r in doc["scenarios"]}
+    sharing = [s for s in SHARING if any(k[0] == s for k in rows)]
+    fig, axes = plt.subplots(1, len(sharing), figsize=(3.6 * len(sharing), 3.6), squeeze=False)
+    image: Any = None
+    for ax, regime in zip(axes[0], sharing):
+        ratio = [[rows[(regime, p, n)]["ratios"][NO_HARM_KEYS[0]] if (regime, p, n) in rows else float("nan")
+                  for n in NIC_GBPS] for p in MIXES]
+        image = ax.imshow(ratio, cmap="RdBu_r", vmin=0.8, vmax=1.2)
+        for i, p in enumerate(MIXES):
+            for j, n in enumerate(NIC_GBPS):
+                r = rows.get((regime, p, n))
+                if r is not None:
+                    harm = "" if all(r["targets"][k]["met"] for k in NO_HARM_KEYS) else "\nno-harm MISSED"
+                    ax.text(j, i, f"{r['ratios'][NO_HARM_KEYS[0]]:.3f}\nVT exc "
+                            f"{100 * r['volcano_topology_contention_excess']:.1f}%{harm}",
+                            ha="center", va="center", fontsize=8)
+        ax.set_xticks(range(len(NIC_GBPS)), [f"{n} Gbps" for n in NIC_GBPS])
+        ax.set_yticks(range(len(MIXES)), list(MIXES) if ax is axes[0][0] else [])
+        ax.set_title(regime)
+    fig.colorbar(image, ax=axes[0].tolist(), label="metronome / volcano-topology, avg JCT (median)", shrink=0.8)
+    fig.suptitle(f"Where the offsets pay (offered load {OFFERED_LOAD:g}, {doc['grid']['seeds']} seeds)", y=1.04)
+    out = pathlib.Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=110, bbox_inches="tight")
+    plt.close(fig)
+    return out
+
+
+def run(cells: Sequence[Cell], seeds: int, say: bool = True) -> dict[str, Any]:
+    """Simulate every cell; the JSON document."""
     rows = []
-    for sharing, mix, execution, count in grid:
-        sim: SimScenario = parse_sim(scenario(sharing, mix, execution, count))
-        report, _ = simulate(sim, POLICIES, seeds)
-        row = {"cell": sim.name, "sharing": sharing, "mix": mix, "execution": execution,
-               "jobs": len(sim.jobs(seeds[0])), **verdict(report)}
-        rows.append(row)
-        if say is not None:
-            say(_line(row))
-    return {"benchmark": "regimes", "policies": list(POLICIES), "seeds": list(seeds), "rows": rows,
-            "summary": summary(rows)}
-
-
-def _change(base: float | None, new: float | None) -> float | None:
-    return None if not base or new is None else round(100 * (new - base) / base, 2)
-
-
-def _ratio(row: Mapping[str, Any], key: str) -> str:
-    v = row["no_harm"].get(key)
-    return "-" if v is None else f"{v['value']:.3f}{'' if v['met'] else '!'}"
-
-
-def _line(row: Mapping[str, Any]) -> str:
-    jct = row["avg_jct_s"]
-    excess = row["contention_excess"]["volcano-topology"]
-    win = ("met" if row["win_met"] else "MISSED") if row["contended"] else "n/a"
-    rec = row["recovered_pct"]
-    return (f"{row['cell']:<32} {jct['metronome'] / jct['volcano-topology']:6.3f} "
-            f"{_ratio(row, 'avg_jct_s_vs_metronome-free'):>7} {_ratio(row, 'avg_jct_s_vs_cassini'):>7} "
-            f"{_ratio(row, 'p99_jct_s_vs_volcano-topology'):>7} {100 * excess:6.2f}% "
-            f"{'-' if rec is None else f'{rec:.1f}%':>7} {row['placed_locked'] or 0:>4} "
-            f"{'met' if row['no_harm_met'] else 'MISSED':>7} {win:>7}")
-
-
-HEADER = (f"{'cell':<32} {'vs VT':>6} {'vs free':>7} {'vs cas':>7} {'p99 VT':>7} {'VT exc':>7} "
-          f"{'recov':>7} {'lock':>4} {'noharm':>7} {'win':>7}")
+    for i, cell in enumerate(cells):
+        started = time.process_time()
+        report, _ = simulate(sim_scenario(cell), POLICIES, list(range(seeds)))
+        rows.append(row(cell, report, time.process_time() - started))
+        if say:
+            print(f"[{i + 1}/{len(cells)}] {cell.name}: {rows[-1]['cpu_s']} s of CPU", file=sys.stderr, flush=True)
+    return {"grid": {"periods": {k: sorted(v) for k, v in MIXES.items()}, "nic_gbps": list(NIC_GBPS),
+                     "sharing": list(SHARING), "offered_load": OFFERED_LOAD, "generate_seed": GENERATE_SEED,
+                     "policies": list(POLICIES), "seeds": seeds},
+            "scenarios": rows, "summary": summary(rows)}
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the grid; JSON on stdout, a table on stderr."""
-    parser = argparse.ArgumentParser(prog="python -m volcano_metronome.bench regimes", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="two small cells (for tests)")
-    parser.add_argument("--seeds", type=int, default=1, help="seeds 0 .. N-1 per cell (default 1)")
-    parser.add_argument("--only", default="", help="only the cells whose name contains this text")
-    parser.add_argument("--json", action="store_true", help="print JSON only (no table on stderr)")
+    """Run the grid, print the JSON (``--json``) and the table."""
+    parser = argparse.ArgumentParser(prog="python -m volcano_metronome.bench regimes", description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="two small half-node scenarios (a test)")
+    parser.add_argument("--json", action="store_true", help="print the JSON on stdout (the table goes to stderr)")
+    parser.add_argument("--seeds", type=int, default=3, help="seeds per scenario (default 3)")
+    parser.add_argument("--only", default="", help="comma-separated scenario names to run (default: the whole grid)")
+    parser.add_argument("--write", metavar="DIR", help="also write every scenario of the grid as DIR/NAME.yaml")
+    parser.add_argument("--plot", metavar="PNG", help="draw the heat map of metronome / volcano-topology (matplotlib)")
+    parser.add_argument("--from", dest="source", metavar="JSON", help="read an earlier run's JSON instead of running")
     args = parser.parse_args(argv)
     if args.seeds < 1:
         parser.error(f"--seeds: got {args.seeds}, expected an integer >= 1")
-    grid = [c for c in cells(args.quick) if args.only in "/".join(c[:3])]
-    if not grid:
-        parser.error(f"--only: got {args.only!r}, which names no cell of the grid")
-
-    def say(line: str) -> None:
-        print(line, file=sys.stderr, flush=True)
-
-    if not args.json:
-        say(HEADER)
-    out = run(grid, list(range(args.seeds)), None if args.json else say)
-    print(json.dumps(out, indent=1))
+    cells = grid(args.quick)
+    if args.only:
+        wanted = set(args.only.split(","))
+        unknown = wanted - {c.name for c in cells}
+        if unknown:
+            parser.error(f"--only: got {', '.join(sorted(unknown))}, expected names of the grid: "
+                         f"{', '.join(c.name for c in cells)}")
+        cells = [c for c in cells if c.name in wanted]
+    if args.write:
+        folder = pathlib.Path(args.write)
+        folder.mkdir(parents=True, exist_ok=True)
+        for cell in cells:
+            (folder / f"{cell.name}.yaml").write_text(scenario_yaml(cell), encoding="utf-8")
+    doc = json.loads(pathlib.Path(args.source).read_text(encoding="utf-8")) if args.source else run(cells, args.seeds)
+    if args.plot:
+        heat_map(doc, args.plot)
+    text = table(doc["scenarios"], doc["summary"])
+    if args.json:
+        print(json.dumps(doc, indent=2))
+        print(text, file=sys.stderr)
+    else:
+        print(text)
     return 0
