@@ -35,7 +35,7 @@ def test_the_json_has_every_scenario_its_axes_figures_ratios_and_verdicts(quick)
     assert quick["grid"]["policies"] == list(regimes.POLICIES)
     assert [r["scenario"] for r in quick["scenarios"]] == [c.name for c in regimes.grid(quick=True)]
     for r in quick["scenarios"]:
-        assert set(r["axes"]) == {"periods", "models", "nic_gbps", "sharing"}
+        assert set(r["axes"]) == {"periods", "models", "nic_gbps", "sharing", "execution"}
         assert set(r["policies"]) == set(regimes.POLICIES)
         for figures in r["policies"].values():
             assert figures["avg_jct_s"] > 0 and figures["p99_jct_s"] >= figures["avg_jct_s"] * 0.5
@@ -84,6 +84,17 @@ def test_the_grid_is_every_combination_of_its_axes_at_the_same_offered_load():
         assert sim.generate is not None and sim.name == cell.name
         assert offered_load(sim.generate, sim.scenario) == pytest.approx(regimes.OFFERED_LOAD, rel=1e-3)
         assert sim.generate.count == regimes.COUNT[cell.sharing]
+
+
+def test_the_noisy_grid_is_the_same_grid_with_the_execution_block_and_runs_noisy():
+    steady, noisy = regimes.grid(), regimes.grid(execution="noisy")
+    assert [c.name + "-noisy" for c in steady] == [c.name for c in noisy]
+    for a, b in zip(steady, noisy):
+        data_a, data_b = regimes.scenario_data(a), regimes.scenario_data(b)
+        assert "execution" not in data_a and data_b["execution"] == regimes.EXECUTIONS["noisy"]
+        assert {k: v for k, v in data_b.items() if k not in ("execution", "name")} == \
+            {k: v for k, v in data_a.items() if k != "name"}
+        assert parse_sim(yaml.safe_load(regimes.scenario_yaml(b)), builtin()).execution.noise_cv == 0.02
 
 
 @pytest.mark.parametrize("nic", regimes.NIC_GBPS)

@@ -17,6 +17,7 @@ Every scenario has its arrival rate set so that its offered GPU load (``sim.work
 is 3.0, the saturation of the contended examples (2.7 to 4.0). The figures, ratios, excess and
 excess recovered are the report's own (``sim.report``); targets are issue 12's (``issue12_targets``):
 do-no-harm judged on every seed, the win targets on the medians over seeds, as ``simulate`` prints them.
+``--execution noisy`` runs the same grid with the issue-12 built-ins' execution noise (``EXECUTIONS``).
 """
 
 from __future__ import annotations
@@ -46,6 +47,12 @@ MIXES: dict[str, dict[str, int]] = {
     "mixed": {"vgg11": 1, "bert-base": 1, "gpt3": 1, "camembert": 1},
 }
 NIC_GBPS = (100, 200)
+#: ``--execution``: the contended examples run steady; ``noisy`` adds the issue-12 built-ins' execution
+#: block without overlap (2 % two-sided compute noise, a straggling iteration in 500 at 2x, start-up 5-30 s).
+EXECUTIONS: dict[str, dict[str, Any]] = {
+    "steady": {},
+    "noisy": {"noise_cv": 0.02, "straggler_probability": 0.002, "straggler_slowdown": 2.0, "startup_s": [5, 30]},
+}
 SHARING = ("half-nodes", "fragmented", "multirack")
 
 #: Jobs per scenario, sized for 10 to 25 s of CPU for four policies and one seed (quick: about 3 s).
@@ -64,18 +71,20 @@ class Cell:
     nic_gbps: int
     sharing: str
     quick: bool = False
+    execution: str = "steady"
 
     @property
     def name(self) -> str:
         """The scenario's name: its axes."""
-        return f"regime-{self.sharing}-{self.periods}-{self.nic_gbps}g" + ("-quick" if self.quick else "")
+        return (f"regime-{self.sharing}-{self.periods}-{self.nic_gbps}g" + ("-quick" if self.quick else "")
+                + ("" if self.execution == "steady" else f"-{self.execution}"))
 
 
-def grid(quick: bool = False) -> list[Cell]:
+def grid(quick: bool = False, execution: str = "steady") -> list[Cell]:
     """The grid: every combination of the axes, or (quick) two small half-node scenarios."""
     if quick:
-        return [Cell("one", 100, "half-nodes", True), Cell("mixed", 100, "half-nodes", True)]
-    return [Cell(p, nic, s) for s in SHARING for p in MIXES for nic in NIC_GBPS]
+        return [Cell("one", 100, "half-nodes", True, execution), Cell("mixed", 100, "half-nodes", True, execution)]
+    return [Cell(p, nic, s, execution=execution) for s in SHARING for p in MIXES for nic in NIC_GBPS]
 
 
 def _layout(cell: Cell) -> tuple[dict[str, Any], list[dict[str, int]], list[int]]:
@@ -113,6 +122,7 @@ def scenario_data(cell: Cell) -> dict[str, Any]:
             "slot_ms": 5,
             "topology": topology,
             "policy": {"ordering": "StrictPriority"},
+            **({"execution": dict(EXECUTIONS[cell.execution])} if EXECUTIONS[cell.execution] else {}),
             "generate": {"count": count, "seed": GENERATE_SEED,
                          "arrival": {"process": "poisson", "rate_per_min": rate},
                          "mix": dict(MIXES[cell.periods]), "shapes": shapes, "iterations": iterations,
@@ -172,7 +182,7 @@ def row(cell: Cell, report: Mapping[str, Any], cpu_s: float) -> dict[str, Any]:
     return {
         "scenario": cell.name,
         "axes": {"periods": cell.periods, "models": sorted(MIXES[cell.periods]), "nic_gbps": cell.nic_gbps,
-                 "sharing": cell.sharing},
+                 "sharing": cell.sharing, "execution": cell.execution},
         "jobs": sim.generate.count,
         "rate_per_min": sim.generate.rate_per_min,
         "offered_load": round(offered_load(sim.generate, sim.scenario), 3),
@@ -274,7 +284,8 @@ def heat_map(doc: Mapping[str, Any], path: str | pathlib.Path) -> pathlib.Path:
         ax.set_yticks(range(len(MIXES)), list(MIXES) if ax is axes[0][0] else [])
         ax.set_title(regime)
     fig.colorbar(image, ax=axes[0].tolist(), label="metronome / volcano-topology, avg JCT (median)", shrink=0.8)
-    fig.suptitle(f"Where the offsets pay (offered load {OFFERED_LOAD:g}, {doc['grid']['seeds']} seeds)", y=1.04)
+    fig.suptitle(f"Where the offsets pay (offered load {OFFERED_LOAD:g}, {doc['grid']['seeds']} seeds, "
+                 f"{doc['grid'].get('execution', 'steady')} execution)", y=1.04)
     out = pathlib.Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=110, bbox_inches="tight")
@@ -282,7 +293,7 @@ def heat_map(doc: Mapping[str, Any], path: str | pathlib.Path) -> pathlib.Path:
     return out
 
 
-def run(cells: Sequence[Cell], seeds: int, say: bool = True) -> dict[str, Any]:
+def run(cells: Sequence[Cell], seeds: int, say: bool = True, execution: str = "steady") -> dict[str, Any]:
     """Simulate every cell; the JSON document."""
     rows = []
     for i, cell in enumerate(cells):
@@ -292,7 +303,7 @@ def run(cells: Sequence[Cell], seeds: int, say: bool = True) -> dict[str, Any]:
         if say:
             print(f"[{i + 1}/{len(cells)}] {cell.name}: {rows[-1]['cpu_s']} s of CPU", file=sys.stderr, flush=True)
     return {"grid": {"periods": {k: sorted(v) for k, v in MIXES.items()}, "nic_gbps": list(NIC_GBPS),
-                     "sharing": list(SHARING), "offered_load": OFFERED_LOAD, "generate_seed": GENERATE_SEED,
+                     "sharing": list(SHARING), "execution": execution, "offered_load": OFFERED_LOAD, "generate_seed": GENERATE_SEED,
                      "policies": list(POLICIES), "seeds": seeds},
             "scenarios": rows, "summary": summary(rows)}
 
@@ -303,6 +314,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="two small half-node scenarios (a test)")
     parser.add_argument("--json", action="store_true", help="print the JSON on stdout (the table goes to stderr)")
     parser.add_argument("--seeds", type=int, default=3, help="seeds per scenario (default 3)")
+    parser.add_argument("--execution", choices=sorted(EXECUTIONS), default="steady",
+                        help="how jobs run: steady (the default, as the contended examples) or noisy (issue-12 noise)")
     parser.add_argument("--only", default="", help="comma-separated scenario names to run (default: the whole grid)")
     parser.add_argument("--write", metavar="DIR", help="also write every scenario of the grid as DIR/NAME.yaml")
     parser.add_argument("--plot", metavar="PNG", help="draw the heat map of metronome / volcano-topology (matplotlib)")
@@ -310,7 +323,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.seeds < 1:
         parser.error(f"--seeds: got {args.seeds}, expected an integer >= 1")
-    cells = grid(args.quick)
+    cells = grid(args.quick, args.execution)
     if args.only:
         wanted = set(args.only.split(","))
         unknown = wanted - {c.name for c in cells}
@@ -323,7 +336,7 @@ def main(argv: list[str] | None = None) -> int:
         folder.mkdir(parents=True, exist_ok=True)
         for cell in cells:
             (folder / f"{cell.name}.yaml").write_text(scenario_yaml(cell), encoding="utf-8")
-    doc = json.loads(pathlib.Path(args.source).read_text(encoding="utf-8")) if args.source else run(cells, args.seeds)
+    doc = json.loads(pathlib.Path(args.source).read_text(encoding="utf-8")) if args.source else run(cells, args.seeds, execution=args.execution)
     if args.plot:
         heat_map(doc, args.plot)
     text = table(doc["scenarios"], doc["summary"])
