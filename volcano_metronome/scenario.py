@@ -78,11 +78,12 @@ class JobSpec:
     priority: int
     profile: Profile
     model: str | None = None
+    measured: Profile | None = None  # what the scheduler is told, when not ``profile`` (the simulator's noise)
 
     def gang(self) -> Gang:
         """The gang the scheduler sees (uid = job name)."""
         return Gang(uid=self.name, name=self.name, size=self.workers, gpus_per_member=self.gpus_per_worker,
-                    profile=self.profile, priority=self.priority, created_s=self.arrival_s)
+                    profile=self.measured or self.profile, priority=self.priority, created_s=self.arrival_s)
 
 
 @dataclass(frozen=True)

@@ -104,3 +104,11 @@ def test_dilate_widens_windows_circularly():
     rates = np.array([5, 0, 0, 0, 0, 0, 7, 0], dtype=np.int64)
     np.testing.assert_array_equal(dilate(rates, 1), [5, 5, 0, 0, 0, 7, 7, 7])
     np.testing.assert_array_equal(dilate(rates, 0), rates)
+
+
+def test_slow_end_moves_the_period_and_every_window_by_half_the_spread() -> None:
+    measured = Profile(200.0, (Window(20.0, 10.0, 50.0), Window(170.0, 30.0, 80.0)), jitter_ms=9.0)
+    held = measured.slow_end()
+    assert held.period_ms == 204.5 and [w.start_ms for w in held.windows] == [24.5, 174.5]
+    assert [(w.len_ms, w.gbps) for w in held.windows] == [(10.0, 50.0), (30.0, 80.0)] and held.jitter_ms == 9.0
+    assert Profile(200.0, (Window(170.0, 30.0, 80.0),)).slow_end() == Profile(200.0, (Window(170.0, 30.0, 80.0),))

@@ -102,7 +102,9 @@ def test_targets_hold_on_noisy_jittered_jobs(job):
 def test_the_annotations_are_accepted_by_the_webhook_as_they_are():
     result = fitted(Spec(200.0, ((20.0, 20.0, 50.0), (120.0, 20.0, 30.0)), jitter_ms=5.0, rate_noise=0.05))
     request = read_request(result.annotations(), builtin(), 100.0)
-    assert request.profile == result.profile
+    assert result.profile.jitter_ms > 0
+    assert request.profile == result.profile.slow_end()  # declared at the slow end: held after slow iterations
+    assert request.profile.period_ms == result.profile.period_ms + result.profile.jitter_ms / 2
     assert set(result.annotations()) == {api.PERIOD_MS, api.WINDOWS, api.JITTER_MS}
 
 
@@ -227,7 +229,7 @@ def test_cli_json_is_the_profile_plus_its_figures(tmp_path, capsys):
     assert Profile.from_mapping({k: doc[k] for k in ("period_ms", "windows", "jitter_ms")}).period_ms == \
         pytest.approx(200.0, rel=0.01)
     assert 0.0 <= doc["confidence"] <= 1.0 and doc["periods"] >= MIN_PERIODS
-    assert doc["annotations"][api.PERIOD_MS] == str(doc["period_ms"])
+    assert float(doc["annotations"][api.PERIOD_MS]) == pytest.approx(doc["period_ms"] + doc["jitter_ms"] / 2, abs=1e-6)
 
 
 def test_cli_refusal_exits_2_with_the_reason(tmp_path, capsys):

@@ -283,7 +283,8 @@ def _assess_one(gang: GangView, pols: Mapping[str, ProfilePolicy], settings: Set
         warnings.append(str(exc))
         measured = None
     if measured is not None:  # timing is measured, the traffic pattern is not: the declared collective stands
-        measured = dataclasses.replace(measured, collective=gang.profile.collective)
+        # A measurement is a mean and a spread; the core holds a locked gang to its slow end.
+        measured = dataclasses.replace(measured.slow_end(), collective=gang.profile.collective)
     what = moved(gang.profile, measured, pol.tolerance) if measured is not None else ()
     change = _condition(gang, claim, measured, what, pol, settings)
     plan_with, fields = gang.profile, {}

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Mapping
 
 from volcano_metronome.core.errors import InvalidInput
@@ -29,7 +29,9 @@ class Window:
 
 @dataclass(frozen=True)
 class Profile:
-    """A periodic communication pattern: ``windows`` repeat every ``period_ms``; bursts may start late by up to ``jitter_ms``."""
+    """A periodic communication pattern: ``windows`` repeat every ``period_ms``, the longest usual iteration
+    (the one a locked gang is held to); an iteration may be up to ``jitter_ms`` shorter, its bursts then
+    early and padded to their slot. A measurement reports the mean and the spread instead: ``slow_end``."""
 
     period_ms: float
     windows: tuple[Window, ...]
@@ -38,6 +40,17 @@ class Profile:
 
     def __post_init__(self) -> None:
         validate(self)
+
+    def slow_end(self) -> "Profile":
+        """This profile read as a measurement (``profile fit``, the runtime's stopwatch, the node agent:
+        mean period, jitter = spread of iteration lengths) in the core's terms: the period and every
+        window later by half the spread, so a locked gang's slot comes after its slow iterations."""
+        half = self.jitter_ms / 2.0
+        if not half:
+            return self
+        # Rounded to the nanosecond: the sums carry no float residue into annotations.
+        return replace(self, period_ms=round(self.period_ms + half, 6),
+                       windows=tuple(replace(w, start_ms=round(w.start_ms + half, 6)) for w in self.windows))
 
     @property
     def duty_cycle(self) -> float:

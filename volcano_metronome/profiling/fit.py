@@ -80,8 +80,9 @@ class Fit:
                 "baseline_gbps": _round(self.baseline_gbps, 4), "annotations": self.annotations()}
 
     def annotations(self) -> dict[str, str]:
-        """The ``metronome.dev/*`` annotations that declare this profile."""
-        data = self.profile.to_dict()
+        """The ``metronome.dev/*`` annotations that declare this profile, at its slow end (``Profile.slow_end``):
+        the fit gives the mean iteration, a locked gang must be held to its slow iterations."""
+        data = self.profile.slow_end().to_dict()
         return {api.PERIOD_MS: f"{data['period_ms']}",
                 api.WINDOWS: json.dumps(data["windows"], separators=(",", ":")),
                 api.JITTER_MS: f"{data['jitter_ms']}"}

@@ -23,6 +23,7 @@ all), the rotation whose first slot comes soonest wins, as for ``metronome`` (``
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from typing import Sequence
 
 import numpy as np
@@ -88,7 +89,9 @@ class Cassini(SimPolicy):
         found = lowest_tier(snap.free_gpus, self.rack, job)[: self.limit]
         if not found:
             return None
-        gang = job.gang()
+        # CASSINI shifts jobs by the mean iteration it measures (the job's own profile), with no slack:
+        # the slow end a noisy job's measurement gives (``JobSpec.measured``) is metronome's rule.
+        gang = replace(job.gang(), profile=job.profile)
         pattern = lay_out(gang.profile, snap.grid)
         earliest = first_slot(now, snap.grid, pattern.slots)
         component: dict[str, int] | None = None
