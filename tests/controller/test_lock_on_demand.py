@@ -285,29 +285,37 @@ def test_a_claim_without_locked_reads_as_locked() -> None:
     assert claim_view({**base, "status": {**base["status"], "locked": False}}).locked is False
 
 
-def test_a_gang_the_core_relocates_with_its_lock_gets_the_new_offset(fake: FakeApi,
-                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
-    """``Decision.relocations``: the controller publishes the offset the core moved a free gang to."""
+@pytest.mark.parametrize("newcomer", ["b", "c"])
+def test_a_gang_the_core_relocates_gets_the_new_offset(fake: FakeApi, monkeypatch: pytest.MonkeyPatch,
+                                                        newcomer: str) -> None:
+    """``Decision.relocations``: the controller publishes the offset the core moved a gang to, whether the
+    decision locks it (b: a ran free) or it was locked before (c: a re-arrangement for a newcomer)."""
     add_gang(fake, "a")
+    if newcomer == "c":
+        add_gang(fake, "b")
     converge(controller(fake))
     first = claim(fake, "a")["status"]
+    assert first["locked"] is (newcomer == "c")
     real = deciding.decide
     moved_to = math.fmod(first["offsetMs"] + PERIOD / 2, PERIOD)
+    done: list[str] = []
 
     def relocating(world: Any, settings: Any, now_s: float, *rest: Any) -> Decided:
         decided = real(world, settings, now_s, *rest)
+        if done or not any(g.key.name == newcomer for g in world.gangs):
+            return decided  # once, in the first cycle that sees the newcomer (c never fits: no GPUs left)
         uid = next(g.uid for g in world.gangs if g.key.name == "a")
-        if uid not in decided.locks:
-            return decided
+        assert (uid in decided.locks) is (newcomer == "b")
+        done.append(uid)
         return dataclasses.replace(decided, relocations={uid: moved_to})
 
     monkeypatch.setattr(deciding, "decide", relocating)
-    add_gang(fake, "b")
+    add_gang(fake, newcomer)
     later = NOW + 100
     converge(controller(fake, later))
     a = claim(fake, "a")["status"]
     assert a["locked"] is True and a["offsetMs"] == moved_to != first["offsetMs"]
     assert a["epoch"] == epoch_at_or_after(later * 1000 + SETTINGS.reconfigure_lead_ms, SETTINGS)
     note = next(c for c in a["conditions"] if c["type"] == "Reconfigured")["message"]
-    assert "moved to lock with" in note and "PodGroup/b" in note
+    assert "moved to lock with" in note and ("PodGroup/b" in note) is (newcomer == "b")
     assert_pods_follow(fake, "a")

@@ -159,3 +159,31 @@ def test_without_a_joint_fit_nothing_moves_and_nobody_locks():
     assert isinstance(d, Decision) and not d.locked and d.locks == () and d.relocations == ()
     assert {u: snap.placed[u].offset for u in ("g0", "g1")} == before
     assert not snap.placed["g0"].locked and not snap.placed["g1"].locked and set(snap.placed) == {"g0", "g1"}
+
+
+def test_a_newcomer_beside_locked_gangs_with_no_clean_offset_re_arranges_them_and_locks():
+    # As above, but g0 and g1 are already locked: a newcomer used to run free beside them, colliding every
+    # iteration, because only free gangs could move. CASSINI re-arranges the jobs on a link; so does the core now.
+    snap = empty(ring(4), 8)
+    snap.assume(gang("g0", 2, 8, 60.0, 0.0, 30.0), np.array([0, 1]), np.array([1, 1]), 0, hold_gpus=False)
+    snap.assume(gang("g1", 2, 8, 60.0, 0.0, 30.0), np.array([2, 3]), np.array([1, 1]), 3, hold_gpus=False)
+    new = dataclasses.replace(gang("new", 2, 8, 60.0, 0.0, 30.0), nodes=frozenset({"n1", "n2"}))
+    d = decide(snap, new, POLICY)
+    assert isinstance(d, Decision) and d.locked and d.locks == () and d.overflow_gbps_ms == 0.0
+    assert d.relocations and {u for u, _ in d.relocations} <= {"g0", "g1"}
+    assert snap.placed["g1"].offset == 3  # deciding changes nothing: commit does
+    commit(snap, new, d)
+    assert all(snap.placed[u].locked and snap.clean(u) for u in ("g0", "g1", "new"))
+    assert total_overflow(snap) == 0
+
+
+def test_locked_gangs_that_cannot_make_room_are_left_where_they_were():
+    snap = empty(ring(4), 8)
+    snap.assume(gang("g0", 2, 8, 60.0, 0.0, 40.0), np.array([0, 1]), np.array([1, 1]), 0, hold_gpus=False)
+    snap.assume(gang("g1", 2, 8, 60.0, 0.0, 40.0), np.array([2, 3]), np.array([1, 1]), 3, hold_gpus=False)
+    new = dataclasses.replace(gang("new", 2, 8, 60.0, 0.0, 30.0), nodes=frozenset({"n1", "n2"}))
+    d = decide(snap, new, POLICY)  # 40 + 30 ms of bursts in a 60 ms period: no arrangement avoids overflow
+    assert isinstance(d, Decision) and not d.locked and d.locks == () and d.relocations == ()
+    assert {u: (snap.placed[u].offset, snap.placed[u].locked) for u in ("g0", "g1")} == {"g0": (0, True),
+                                                                                         "g1": (3, True)}
+    assert set(snap.placed) == {"g0", "g1"}

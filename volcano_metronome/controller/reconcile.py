@@ -82,7 +82,8 @@ def plan(world: World, decided: Decided, settings: Settings, now_s: float,
     moves = reoptimised.moves
     moved = {m.uid: m for m in moves}
     unlocks = set(reoptimised.unlocks)
-    named = {u for r in decided.results.values() if isinstance(r, Decision) for u in r.locks}
+    # The gangs a decision locks or moves: their writes go first (``GangWrites.requires``).
+    named = {u for r in decided.results.values() if isinstance(r, Decision) for u in (*r.locks, *dict(r.relocations))}
     live = frozenset(world.topology.nodes)
     index = world.index if world.index or not world.gangs else {g.key: g for g in world.gangs}
     q = quiet if quiet is not None else Quiet()
@@ -136,7 +137,8 @@ def plan(world: World, decided: Decided, settings: Settings, now_s: float,
         elif isinstance(result, Decision):
             w = _place(gang, result, settings, now_s, now_ms, locked=result.locked or gang.uid in decided.locks,
                        topology=world.topology)
-            w = dataclasses.replace(w, requires=tuple(sorted(keys[u] for u in result.locks if u in keys)))
+            w = dataclasses.replace(w, requires=tuple(sorted({keys[u] for u in (*result.locks, *dict(result.relocations))
+                                                              if u in keys})))
             if settings.pods_timeout_s > 0 and podless.awaiting_pods(gang):  # a hold from now (decidedAt)
                 due = now_s + settings.pods_timeout_s
         elif isinstance(result, NoFit):
@@ -147,7 +149,7 @@ def plan(world: World, decided: Decided, settings: Settings, now_s: float,
             if move is None and gang.uid in decided.relocations:
                 offset_ms = decided.relocations[gang.uid]
                 slots = round(offset_ms / settings.grid.slot_ms)
-                move, why = Move(gang.uid, slots, slots, offset_ms), f"moved to lock with {keys.get(decided.locks[gang.uid], 'a new gang')}"
+                move, why = Move(gang.uid, slots, slots, offset_ms), f"moved to lock with {keys.get(decided.locks.get(gang.uid, ''), 'a new gang')}"
             w = _follow(gang, gang.claim, move, settings, now_s, now_ms, lock=lock,
                         unlock=gang.uid in unlocks and not lock, why=why)
         elif not gang.placed and gang.profile is None and not gang.waiting_for:

@@ -43,7 +43,10 @@ Where the gang's own collisions do not pay for the lock, the collisions the gang
 would spare one another are added (each one's overflow at a random phase against the others,
 ``_free_ms``); where the closure's provisional offsets leave the gang no offset without overflow,
 those offsets are re-optimised among themselves first (they run free, so they may move before they
-lock: ``Decision.relocations``), and the lock is taken only if none of them then overflows.
+lock: ``Decision.relocations``), and the lock is taken only if none of them then overflows. Where that
+finds nothing, or every neighbour is locked already, the locked neighbours on its contended links are
+re-arranged with it, as CASSINI re-arranges the jobs on a link when one arrives: each moved gang
+re-anchors once (at most a period, against a collision every iteration of the newcomer's).
 Otherwise it runs free, and so do its neighbours. Beside gangs whose periods do not divide its own
 on a contended link, no offset avoids collisions at the gang's grid snap, so each node set is also
 scored at its local snap (``_local``: the shortest grid period commensurate with theirs), taken only
@@ -97,7 +100,8 @@ class Decision:
     expected_ms: float = 0.0  # predicted cost per hyperperiod: lock padding when locked, else collisions
     free_delay_ms: float = 0.0  # what running free would cost in collisions (per hyperperiod)
     padding_ms: float = 0.0  # what locking would cost in padding (per hyperperiod)
-    relocations: tuple[tuple[str, int], ...] = ()  # new offsets (slots) of gangs in ``locks``, where they move
+    # New offsets (slots) of the gangs the lock moves: some of ``locks``, and locked neighbours re-arranged with it.
+    relocations: tuple[tuple[str, int], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -199,7 +203,8 @@ def decide(snapshot: Snapshot, gang: Gang, policy: Policy, earliest: int = 0) ->
 def _settle(snapshot: Snapshot, gang: Gang, best: _Scored, policy: Policy, earliest: int) -> Decision:
     """The decision for the chosen node set and offset: locked or free, and whom it locks (module docstring)."""
     lock, pattern = best.lock, best.pattern
-    if not (policy.lock_on_demand and not lock.locked and lock.closure and math.isfinite(lock.padding_ms)):
+    if not (policy.lock_on_demand and not lock.locked and math.isfinite(lock.padding_ms)
+            and (lock.closure or not lock.no_overflow)):
         return _decision(snapshot, gang, best)
     # The gangs a lock takes along collide among themselves too while they run free: count that saving.
     span = int(np.lcm(snapshot.hyperperiod, pattern.slots))
@@ -209,7 +214,11 @@ def _settle(snapshot: Snapshot, gang: Gang, best: _Scored, policy: Policy, earli
     whole = dataclasses.replace(lock, locked=True, locks=lock.closure, free_delay_ms=saving)
     if lock.no_overflow and all(snapshot.clean(uid) for uid in lock.closure):
         return _decision(snapshot, gang, dataclasses.replace(best, lock=whole))
-    moved = _relocate(snapshot, gang, pattern, best, policy)
+    # Moving only the free gangs first; then, as CASSINI re-arranges every job on a link when one arrives,
+    # the locked neighbours too (each re-anchors once, a period at most, against collisions every iteration).
+    moved = _relocate(snapshot, gang, pattern, best, policy) if lock.closure else None
+    if moved is None and (locked := _locked_neighbours(snapshot, gang, best)):
+        moved = _relocate(snapshot, gang, pattern, best, policy, locked)
     if moved is None:
         return _decision(snapshot, gang, best)
     offset = moved.pop(gang.uid)
@@ -233,14 +242,29 @@ def _free_ms(snapshot: Snapshot, uid: str, policy: Policy, span: int) -> float:
     return scores.free_delay * snapshot.grid.slot_ms * span / own
 
 
-def _relocate(snapshot: Snapshot, gang: Gang, pattern: Pattern, best: _Scored, policy: Policy) -> dict[str, int] | None:
-    """Offsets for the gang and the unlocked gangs its lock takes along at which none of them overflows,
-    or None. Their current offsets are provisional (they run free), so they may move before they lock:
-    re-optimisation over just them, every other gang frozen; the snapshot is left as it was."""
+def _contended(snapshot: Snapshot, gang: Gang, pattern: Pattern, nodes: np.ndarray,
+               members: np.ndarray) -> tuple[np.ndarray, np.ndarray, set[str]]:
+    """The links ``gang`` would load on ``nodes``, its peak on each, and the gangs it would share a contended link with."""
+    links, mult = loaded_links(snapshot.topology, nodes, members, gang.profile.collective)
+    extra = scaled(mult, int(pattern.rates.max()))
+    return links, extra, snapshot.neighbours(snapshot.contended(links, extra))
+
+
+def _locked_neighbours(snapshot: Snapshot, gang: Gang, best: _Scored) -> tuple[str, ...]:
+    """The locked gangs on the contended links of ``gang`` placed as ``best`` would place it."""
+    _, _, near = _contended(snapshot, gang, best.pattern, best.candidate.nodes, best.candidate.members)
+    return tuple(sorted(u for u in near if snapshot.placed[u].locked))
+
+
+def _relocate(snapshot: Snapshot, gang: Gang, pattern: Pattern, best: _Scored, policy: Policy,
+              locked: tuple[str, ...] = ()) -> dict[str, int] | None:
+    """Offsets for the gang, the unlocked gangs its lock takes along and the ``locked`` gangs given, at which
+    none of them overflows, or None. The free gangs' offsets are provisional, so they may move before they
+    lock: re-optimisation over just these gangs, every other gang frozen; the snapshot is left as it was."""
     from volcano_metronome.core.reoptimize import reoptimise  # it scores with this module's kernels
 
-    movable = (gang.uid,) + best.lock.closure
-    saved = {uid: snapshot.placed[uid].offset for uid in best.lock.closure}
+    movable = (gang.uid,) + best.lock.closure + locked
+    saved = {uid: (snapshot.placed[uid].offset, snapshot.placed[uid].locked) for uid in best.lock.closure + locked}
     snapshot.assume(gang, best.candidate.nodes, best.candidate.members, best.offset, pattern, hold_gpus=False)
     for uid in best.lock.closure:
         snapshot.lock(uid)
@@ -251,10 +275,10 @@ def _relocate(snapshot: Snapshot, gang: Gang, pattern: Pattern, best: _Scored, p
         found = {uid: snapshot.placed[uid].offset for uid in movable}
     finally:
         snapshot.forget(gang.uid)
-        for uid, offset in saved.items():
+        for uid, (offset, was_locked) in saved.items():
             placed = snapshot.forget(uid)
             snapshot.assume(placed.gang, placed.nodes, placed.members, offset, placed.pattern, placed.holds_gpus,
-                            locked=False)
+                            locked=was_locked)
     return found if ok else None
 
 
@@ -318,10 +342,8 @@ def _local(snapshot: Snapshot, gang: Gang, scored: _Scored, policy: Policy, earl
     if scored.lock.locked or not math.isfinite(scored.lock.padding_ms):
         return None
     pattern = scored.pattern
-    links, mult = loaded_links(snapshot.topology, scored.candidate.nodes, scored.candidate.members,
-                               gang.profile.collective)
-    theirs = np.array(sorted({snapshot.placed[u].pattern.slots for u in snapshot.neighbours(
-        snapshot.contended(links, scaled(mult, int(pattern.rates.max()))))}), dtype=np.int64)
+    _, _, near = _contended(snapshot, gang, pattern, scored.candidate.nodes, scored.candidate.members)
+    theirs = np.array(sorted({snapshot.placed[u].pattern.slots for u in near}), dtype=np.int64)
     if not len(theirs) or ((pattern.slots % theirs == 0) | (theirs % pattern.slots == 0)).all():
         return None
     period = snapshot.grid.commensurate(gang.profile.period_ms, theirs)
@@ -367,9 +389,7 @@ def _lock(snapshot: Snapshot, gang: Gang, pattern: Pattern, nodes: np.ndarray, m
           no_overflow: bool, free_delay: float, policy: Policy) -> _Lock:
     """Whether the gang placed on ``nodes`` at an offset that overflows nowhere (or not) is locked; see the
     module docstring."""
-    links, mult = loaded_links(snapshot.topology, nodes, members, gang.profile.collective)
-    extra = scaled(mult, int(pattern.rates.max()))
-    neighbours = snapshot.neighbours(snapshot.contended(links, extra))
+    links, extra, neighbours = _contended(snapshot, gang, pattern, nodes, members)
     if not policy.lock_on_demand:
         return _Lock(True, tuple(sorted(u for u in neighbours if not snapshot.placed[u].locked)), 0.0, 0.0)
     if not neighbours:

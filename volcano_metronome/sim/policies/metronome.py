@@ -94,6 +94,9 @@ class Metronome(SimPolicy):
             for uid in result.locks:
                 self.counts["locks"] += 1
                 self._shifts.append((uid, self.snapshot.placed[uid].offset * self.snapshot.grid.slot_ms))
+            for uid, slots in result.relocations:  # locked neighbours the lock re-arranged: they re-anchor
+                if uid not in result.locks:
+                    self._shifts.append((uid, slots * self.snapshot.grid.slot_ms))
             phased = len(links) > 0
             offset = result.offset_ms if phased and result.locked else None
             out.append(Placement(gang.uid, self.snapshot.topology.nodes_of(result.nodes), np.array(result.members),
