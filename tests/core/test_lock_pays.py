@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 import numpy as np
-from hypothesis import given, settings
+from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 from tests.core import reference
@@ -187,3 +187,33 @@ def test_locked_gangs_that_cannot_make_room_are_left_where_they_were():
     assert {u: (snap.placed[u].offset, snap.placed[u].locked) for u in ("g0", "g1")} == {"g0": (0, True),
                                                                                          "g1": (3, True)}
     assert set(snap.placed) == {"g0", "g1"}
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.data())
+def test_a_re_arrangement_leaves_every_locked_gang_clean_and_moves_nothing_when_it_fails(data):
+    snap = empty(ring(4), 8)
+    for i in range(data.draw(st.integers(1, 4))):  # locked gangs, each clean where it lands (else left out)
+        first = data.draw(st.integers(0, 3))
+        g = gang(f"g{i}", 2, 1, data.draw(st.sampled_from([30.0, 60.0])), 0.0,
+                 data.draw(st.sampled_from([10.0, 15.0, 20.0])), data.draw(st.sampled_from([60.0, 100.0])))
+        snap.assume(g, np.array(sorted({first, (first + 1) % 4})), np.array([1, 1]),
+                    data.draw(st.integers(0, 11)), hold_gpus=False)
+        if not all(snap.clean(u) for u in snap.placed):
+            snap.forget(g.uid)
+    before = {u: (p.offset, p.locked) for u, p in snap.placed.items()}
+    first = data.draw(st.integers(0, 3))
+    new = dataclasses.replace(gang("new", 2, 8, 60.0, 0.0, data.draw(st.sampled_from([10.0, 20.0, 30.0]))),
+                              nodes=frozenset({f"n{first}", f"n{(first + 1) % 4}"}))
+    d = decide(snap, new, POLICY)
+    assert isinstance(d, Decision)
+    assert {u: (p.offset, p.locked) for u, p in snap.placed.items()} == before  # deciding changes nothing
+    moved = dict(d.relocations)
+    event(f"locked={d.locked}, locked gangs moved={bool(moved)}")
+    assert set(moved) <= set(before) and all(before[u][1] for u in moved)  # only locked gangs here
+    if not d.locked:
+        assert not moved
+    commit(snap, new, d)
+    assert all(snap.placed[u].locked and snap.placed[u].offset == before[u][0] for u in before if u not in moved)
+    if d.locked:
+        assert all(snap.clean(u) for u in snap.placed)  # the newcomer and every locked gang, moved or not
