@@ -307,7 +307,8 @@ def test_a_gang_the_core_relocates_gets_the_new_offset(fake: FakeApi, monkeypatc
         uid = next(g.uid for g in world.gangs if g.key.name == "a")
         assert (uid in decided.locks) is (newcomer == "b")
         done.append(uid)
-        return dataclasses.replace(decided, relocations={uid: moved_to})
+        by = next(g.uid for g in world.gangs if g.key.name == newcomer)
+        return dataclasses.replace(decided, relocations={uid: moved_to}, moved_by={uid: by})
 
     monkeypatch.setattr(deciding, "decide", relocating)
     add_gang(fake, newcomer)
@@ -317,5 +318,6 @@ def test_a_gang_the_core_relocates_gets_the_new_offset(fake: FakeApi, monkeypatc
     assert a["locked"] is True and a["offsetMs"] == moved_to != first["offsetMs"]
     assert a["epoch"] == epoch_at_or_after(later * 1000 + SETTINGS.reconfigure_lead_ms, SETTINGS)
     note = next(c for c in a["conditions"] if c["type"] == "Reconfigured")["message"]
-    assert "moved to lock with" in note and ("PodGroup/b" in note) is (newcomer == "b")
+    assert note.endswith("(moved to lock with lock/PodGroup/b)" if newcomer == "b" else
+                         "(moved to make room for lock/PodGroup/c)"), note
     assert_pods_follow(fake, "a")

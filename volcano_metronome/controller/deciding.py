@@ -36,7 +36,8 @@ class Decided:
     """The core's answers for this cycle's pending gangs, by gang uid.
 
     ``locks`` maps each unlocked gang that must align from now on to the uid of the gang whose
-    decision locks it; ``relocations`` the new offsets (ms) the core gave some of them with the lock.
+    decision locks it; ``relocations`` the new offsets (ms) the core gave some of them with the lock,
+    and locked gangs it re-arranged for a newcomer, whose uid ``moved_by`` gives.
     """
 
     results: Mapping[str, Decision | NoFit] = field(default_factory=dict)
@@ -44,6 +45,7 @@ class Decided:
     locks: Mapping[str, str] = field(default_factory=dict)
     relocations: Mapping[str, float] = field(default_factory=dict)
     seconds: Mapping[str, float] = field(default_factory=dict)  # how long each gang's decision took (with a clock)
+    moved_by: Mapping[str, str] = field(default_factory=dict)
     # The snapshot the decisions were assumed into, for the re-optimisation pass of the same cycle.
     snapshot: Snapshot | None = field(default=None, compare=False, repr=False)
 
@@ -109,8 +111,8 @@ def decide(world: World, settings: Settings, now_s: float, clock: Callable[[], f
             results[gang.uid] = _decide_one(snap, gang, pol)
             if clock is not None:
                 seconds[gang.uid] = clock() - t0
-    locks, relocations = _locks(results, snap.grid.slot_ms)
-    return Decided(results, tuple(warnings), locks, relocations, seconds, snap)
+    locks, relocations, moved_by = _locks(results, snap.grid.slot_ms)
+    return Decided(results, tuple(warnings), locks, relocations, seconds, moved_by, snap)
 
 
 def _decide_one(snap: Snapshot, gang: Gang, pol: Policy) -> Decision | NoFit:
@@ -128,22 +130,25 @@ def _decide_one(snap: Snapshot, gang: Gang, pol: Policy) -> Decision | NoFit:
     return result
 
 
-def _locks(results: Mapping[str, Decision | NoFit], slot_ms: float) -> tuple[dict[str, str], dict[str, float]]:
-    """The running gangs this cycle's decisions lock (to the uid of the deciding gang), and the new
-    offsets (ms) of those the core relocated with the lock.
+def _locks(results: Mapping[str, Decision | NoFit],
+           slot_ms: float) -> tuple[dict[str, str], dict[str, float], dict[str, str]]:
+    """The running gangs this cycle's decisions lock (to the uid of the deciding gang), the new offsets
+    (ms) of those the core relocated with a lock, and the deciding gang of each relocation.
 
     Only the core's decisions lock: it leaves a gang free on a contended link on purpose when locking
     would cost more padding than the collisions it saves, so the controller must not lock it anyway.
     """
     locks: dict[str, str] = {}
     relocations: dict[str, float] = {}
+    moved_by: dict[str, str] = {}
     for result in results.values():
         if isinstance(result, Decision):
             for uid in result.locks:
                 locks.setdefault(uid, result.uid)
             for uid, offset_slots in result.relocations:
                 relocations.setdefault(uid, offset_slots * slot_ms)
-    return locks, relocations
+                moved_by.setdefault(uid, result.uid)
+    return locks, relocations, moved_by
 
 
 def reoptimise_running(world: World, settings: Settings, due: Sequence[str],

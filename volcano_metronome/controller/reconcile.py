@@ -106,7 +106,8 @@ def plan(world: World, decided: Decided, settings: Settings, now_s: float,
             q.index(gang.key, gang)
         gangs = world.gangs
     q.serial = world.serial
-    keys = {index[k].uid: str(k) for u in named | set(decided.locks.values()) for k in q.uids.get(u, ()) if k in index}
+    deciders = set(decided.locks.values()) | set(decided.moved_by.values())
+    keys = {index[k].uid: str(k) for u in named | deciders for k in q.uids.get(u, ()) if k in index}
     gang_writes: list[GangWrites] = []
     loud: set[GangKey] = set()
     drifted = pending = placed = 0
@@ -149,7 +150,10 @@ def plan(world: World, decided: Decided, settings: Settings, now_s: float,
             if move is None and gang.uid in decided.relocations:
                 offset_ms = decided.relocations[gang.uid]
                 slots = round(offset_ms / settings.grid.slot_ms)
-                move, why = Move(gang.uid, slots, slots, offset_ms), f"moved to lock with {keys.get(decided.locks.get(gang.uid, ''), 'a new gang')}"
+                by = decided.locks.get(gang.uid)
+                why = (f"moved to lock with {keys.get(by, 'a new gang')}" if by is not None else
+                       f"moved to make room for {keys.get(decided.moved_by.get(gang.uid, ''), 'a new gang')}")
+                move = Move(gang.uid, slots, slots, offset_ms)
             w = _follow(gang, gang.claim, move, settings, now_s, now_ms, lock=lock,
                         unlock=gang.uid in unlocks and not lock, why=why)
         elif not gang.placed and gang.profile is None and not gang.waiting_for:
