@@ -136,8 +136,9 @@ def scenario_data(cell: Cell) -> dict[str, Any]:
 
 def scenario_yaml(cell: Cell) -> str:
     """The scenario as a YAML file ``volcano-metronome simulate FILE`` reproduces."""
-    return f"# {scenario_data(cell)['description']} (python -m volcano_metronome.bench regimes)\n" + yaml.safe_dump(
-        scenario_data(cell), sort_keys=False, default_flow_style=None, width=120)
+    data = scenario_data(cell)  # parses the scenario once to set its arrival rate: not twice
+    return f"# {data['description']} (python -m volcano_metronome.bench regimes)\n" + yaml.safe_dump(
+        data, sort_keys=False, default_flow_style=None, width=120)
 
 
 def sim_scenario(cell: Cell) -> SimScenario:

@@ -91,12 +91,11 @@ class Metronome(SimPolicy):
             if not result.feasible:
                 self.dirty.update(links.tolist())
             self.counts["relocations"] += len(result.relocations)
-            for uid in result.locks:
-                self.counts["locks"] += 1
+            self.counts["locks"] += len(result.locks)
+            # Gangs locked now, and locked neighbours the lock re-arranged: each re-anchors on its new offset.
+            rearranged = tuple(uid for uid, _ in result.relocations if uid not in result.locks)
+            for uid in (*result.locks, *rearranged):
                 self._shifts.append((uid, self.snapshot.placed[uid].offset * self.snapshot.grid.slot_ms))
-            for uid, slots in result.relocations:  # locked neighbours the lock re-arranged: they re-anchor
-                if uid not in result.locks:
-                    self._shifts.append((uid, slots * self.snapshot.grid.slot_ms))
             phased = len(links) > 0
             offset = result.offset_ms if phased and result.locked else None
             out.append(Placement(gang.uid, self.snapshot.topology.nodes_of(result.nodes), np.array(result.members),
