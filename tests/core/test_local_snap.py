@@ -73,6 +73,7 @@ def test_a_running_gang_keeps_the_period_published_for_it():
     assert grid.held(176.0, None).slots == 36  # nothing published: its snap
     assert grid.held(176.0, 0.0).slots == 36
     assert grid.held(176.0, 170.0).slots == 36  # shorter than the profile: not holdable
-    assert grid.held(176.0, 187.5).slots == 36  # not a whole grid period
-    assert grid.held(176.0, 205.0).slots == 36  # 41 slots do not divide the cap
+    assert grid.held(176.0, 187.5).slots == 36  # not a whole number of slots
+    assert grid.held(176.0, 205.0).slots == 41  # an exact period (off the grid) is held too
+    assert grid.held(176.0, 25205.0).slots == 36  # beyond the cap: not holdable
     assert grid.held(176.0, 200.0).slots == 40

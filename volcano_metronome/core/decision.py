@@ -102,6 +102,9 @@ class Decision:
     padding_ms: float = 0.0  # what locking would cost in padding (per hyperperiod)
     # New offsets (slots) of the gangs the lock moves: some of ``locks``, and locked neighbours re-arranged with it.
     relocations: tuple[tuple[str, int], ...] = ()
+    # New periods (ms) of gangs of ``locks`` that the lock re-lays at the period they share with this gang
+    # (``_exact``); their offsets (``relocations`` where moved, else their provisional ones) refer to it.
+    periods: tuple[tuple[str, float], ...] = ()
 
 
 @dataclass(frozen=True)

@@ -102,15 +102,27 @@ class SlotGrid:
             periods = periods[ok]
         return SnappedPeriod(int(periods[0]), period_ms, self.slot_ms) if len(periods) else None
 
+    def exact(self, period_ms: float, field: str = "period_ms") -> SnappedPeriod:
+        """The whole number of slots covering ``period_ms``: no snapping beyond the slot.
+
+        Off the grid in general, so only for gangs whose contended neighbours all share it (identical
+        jobs meet at fixed phases whatever their period), and only while the snapshot's hyperperiod stays
+        within the cap (``core.decision._exact``)."""
+        slots = max(1, self.slots(period_ms))
+        if slots > self.max_hyperperiod_slots:
+            raise limits.beyond_cap(field, period_ms, self.max_hyperperiod_ms)
+        return SnappedPeriod(slots, period_ms, self.slot_ms)
+
     def held(self, period_ms: float, published_ms: float | None, field: str = "period_ms") -> SnappedPeriod:
-        """The period a running gang holds: the one published for it when that is a grid period at least
-        ``period_ms`` (a local snap, ``commensurate``), else the snap of ``period_ms`` (what every claim
-        carried before local snapping, and all a changed profile can still use)."""
+        """The period a running gang holds: the one published for it when that is a whole number of slots,
+        at least ``period_ms`` and within the cap (a grid snap, a local snap or an exact period), else the
+        snap of ``period_ms`` (what every claim carried before local snapping, and all a changed profile can
+        still use)."""
         if published_ms is not None:
             slots = published_ms / self.slot_ms
             whole = int(round(slots))
             if (math.isclose(slots, whole) and whole * self.slot_ms >= period_ms - 1e-6
-                    and self.max_hyperperiod_slots % max(whole, 1) == 0 and whole >= 1):
+                    and 1 <= whole <= self.max_hyperperiod_slots):
                 return SnappedPeriod(whole, period_ms, self.slot_ms)
         return self.snap(period_ms, field)
 
