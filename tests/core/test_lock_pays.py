@@ -37,11 +37,12 @@ def test_a_gang_whose_best_offset_still_overflows_runs_free_and_locks_nobody():
 
 
 def test_a_lock_whose_padding_exceeds_the_collisions_it_saves_is_not_taken():
-    # 10 ms bursts in a 190 ms period: they rarely collide, but a lock pads 10 ms per iteration each.
+    # 10 ms bursts in 190 and 192 ms periods: they rarely collide, but a lock holds both to 200 ms (their
+    # exact periods, 190 and 195 ms, differ: no exact lock), padding 10 and 8 ms per iteration.
     snap = empty(two_nodes(), 8)
     a = gang("a", 2, 5, period=190.0, start=150.0, length=10.0)
     commit(snap, a, decide(snap, a, POLICY))
-    d = decide(snap, gang("b", 2, 3, period=190.0, start=150.0, length=10.0), POLICY)
+    d = decide(snap, gang("b", 2, 3, period=192.0, start=150.0, length=10.0), POLICY)
     assert isinstance(d, Decision) and d.overflow_gbps_ms == 0.0
     assert 0.0 < d.free_delay_ms < d.padding_ms and not d.locked and d.locks == ()
     assert d.expected_ms == d.free_delay_ms

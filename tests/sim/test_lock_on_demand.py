@@ -2,7 +2,8 @@
 
 The cluster is sanity-2jobs' (two nodes, 100 Gbps NICs). Every job below needs both nodes, so any two
 share both NICs. Their period (190 ms) is off the grid and snaps to 200 ms: an aligned iteration
-pads 10 ms, which is what a gang running free does not pay.
+pads 10 ms, which is what a gang running free does not pay. Identical gangs sharing their links are
+locked at their exact period instead (38 slots, no padding: ``core.decision._exact``).
 """
 
 from __future__ import annotations
@@ -64,20 +65,22 @@ def test_a_gang_sharing_the_nics_locks_both_they_interleave_and_departure_unlock
     a, b = jobs["a"], jobs["b"]
     assert result.extra["placed_unlocked"] == 1 and result.extra["placed_locked"] == 1
     assert result.extra["locks"] == 1 and result.extra["unlocks"] == 1
+    assert result.extra["exact_locks"] == 1  # both identical: locked at their exact 190 ms, not the grid's 200
     # a ran free (190 ms iterations): its 6th burst is ready at 5 x 0.19 + 0.08 = 1.03 s, after b's
-    # placement locked it at its provisional offset 0: it re-anchors on its grid, 0.08 + m 0.2 -> 1.08 s.
-    assert a.offset_s == 0.0 and a.first_wait_s == 0.0 and a.reanchor_s == pytest.approx(0.05)
-    # b was placed at 1.0 s clear of a's burst (80..170 ms of the 200 ms grid): offset 90 ms, the soonest
-    # one that clears it; its burst, ready at 1.08 s, waits for its slot at 1.17 s.
-    assert b.offset_s == pytest.approx(0.09) and b.first_wait_s == pytest.approx(0.09)
+    # placement locked it at its provisional offset 0 on 190 ms: 0.08 + m 0.19 -> 1.03 s, no wait.
+    assert a.offset_s == 0.0 and a.first_wait_s == 0.0 and a.reanchor_s == 0.0
+    assert a.grid_period_s == b.grid_period_s == pytest.approx(0.19)
+    # b was placed at 1.0 s clear of a's burst (80..170 ms of 190): offset 90 ms, the soonest one that
+    # clears it; its burst, ready at 1.08 s, waits for its slot at 0.09 + 0.08 + 5 x 0.19 = 1.12 s.
+    assert b.offset_s == pytest.approx(0.09) and b.first_wait_s == pytest.approx(0.04)
     # Interleaved: neither burst ever met the other (every burst at full rate).
     for j in (a, b):
         assert j.comm_s == pytest.approx(j.comm_ideal_s)
-    # b ends at 1.17 + 9 x 0.2 + 0.09 + 0.02 = 3.08 s; a's last aligned burst was ready at 3.07 s
-    # (iterations 5 to 15 aligned, 10 of them holding 200 ms), then the unlock let a run free again.
-    assert b.end_s == pytest.approx(3.08)
+    # b ends at 1.12 + 9 x 0.19 + 0.09 + 0.02 = 2.94 s; a's last aligned burst was ready at 2.93 s
+    # (iterations 5 to 15 aligned, none padded), then the unlock let a run free again.
+    assert b.end_s == pytest.approx(2.94)
     assert a.aligned_iterations == 11 and a.steady == 10 and not a.aligned
-    assert a.padded_s == pytest.approx(0.05 + 10 * SNAPPING_S)
+    assert a.padded_s == 0.0
     assert a.end_s - a.start_s == pytest.approx(a.isolated_s + a.padded_s)
     assert b.end_s - b.start_s == pytest.approx(b.isolated_s + b.padded_s)
 

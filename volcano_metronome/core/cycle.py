@@ -30,12 +30,17 @@ def schedule(snapshot: Snapshot, pending: Sequence[Gang], policy: Policy,
 
 def commit(snapshot: Snapshot, gang: Gang, decision: Decision) -> None:
     """Assume ``decision`` in ``snapshot``: its GPUs are taken, its links loaded, its neighbours locked."""
+    grid = snapshot.grid
     nodes = snapshot.topology.nodes_of(decision.nodes)
-    pattern = lay_out(gang.profile, snapshot.grid, snapshot.grid.held(gang.profile.period_ms, decision.period_ms))
-    snapshot.assume(gang, nodes, np.array(decision.members), decision.offset_slots, pattern, locked=decision.locked)
-    for uid, offset in decision.relocations:
+    periods, offsets = dict(decision.periods), dict(decision.relocations)
+    for uid in sorted(periods.keys() | offsets.keys()):  # re-laid first: the relocations' offsets are on the new periods
         placed = snapshot.forget(uid)
-        snapshot.assume(placed.gang, placed.nodes, placed.members, offset, placed.pattern, placed.holds_gpus,
-                        locked=True)
+        pattern = placed.pattern
+        if uid in periods:
+            pattern = lay_out(placed.gang.profile, grid, grid.held(placed.gang.profile.period_ms, periods[uid]))
+        snapshot.assume(placed.gang, placed.nodes, placed.members, offsets.get(uid, placed.offset), pattern,
+                        placed.holds_gpus, locked=True)
+    pattern = lay_out(gang.profile, grid, grid.held(gang.profile.period_ms, decision.period_ms))
+    snapshot.assume(gang, nodes, np.array(decision.members), decision.offset_slots, pattern, locked=decision.locked)
     for uid in decision.locks:
         snapshot.lock(uid)

@@ -113,6 +113,15 @@ class SlotGrid:
             raise limits.beyond_cap(field, period_ms, self.max_hyperperiod_ms)
         return SnappedPeriod(slots, period_ms, self.slot_ms)
 
+    def fitting(self, period_ms: float, hyperperiod: int) -> SnappedPeriod | None:
+        """The shortest whole-slot period at least ``period_ms`` whose least common multiple with ``hyperperiod``
+        stays within the cap, or None. Needed only beside exact periods (off the grid), where a grid period can
+        take the hyperperiod past the cap."""
+        need = max(1, self.slots(period_ms))
+        found = next((p for p in range(need, self.max_hyperperiod_slots + 1)
+                      if math.lcm(hyperperiod, p) <= self.max_hyperperiod_slots), None)
+        return None if found is None else SnappedPeriod(found, period_ms, self.slot_ms)
+
     def held(self, period_ms: float, published_ms: float | None, field: str = "period_ms") -> SnappedPeriod:
         """The period a running gang holds: the one published for it when that is a whole number of slots,
         at least ``period_ms`` and within the cap (a grid snap, a local snap or an exact period), else the

@@ -5,10 +5,11 @@ place as the cycle assumes decisions, so that each decision sees the ones before
 I/O and no clock; callers own its lifetime.
 
 Loads are whole Mbps in an ``int32`` array of ``links x hyperperiod`` slots; the hyperperiod is the
-least common multiple of the periods of the gangs present, which divides the grid's cap. The array is
-the first ``hyperperiod`` columns of a wider one that repeats with the hyperperiod (as wide as the longest
-hyperperiod seen), so the hyperperiod shrinks when a period's last gang leaves and grows back when one
-arrives without copying every link's loads each time.
+least common multiple of the periods of the gangs present, at most the grid's cap (which it divides
+unless exact periods, off the grid, are present: ``core.decision._exact``). The array is the first
+``hyperperiod`` columns of a wider one that repeats with the hyperperiod (as wide as the longest
+hyperperiod seen, within the cap), so the hyperperiod shrinks when a period's last gang leaves and grows
+back when one arrives without copying every link's loads each time.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from volcano_metronome.core.errors import InvalidInput
-from volcano_metronome.core.grid import Pattern, SlotGrid, lay_out
+from volcano_metronome.core.grid import Pattern, SlotGrid, SnappedPeriod, lay_out
 from volcano_metronome.core.model import ClusterState, Gang
 from volcano_metronome.core.topology import Topology
 from volcano_metronome.core.traffic import loaded_links, scaled
@@ -69,9 +70,17 @@ class Snapshot:
     def build(cls, state: ClusterState, grid: SlotGrid) -> "Snapshot":
         """A snapshot of ``state``; running gangs' GPUs are already missing from ``state.free_gpus``."""
         snap = cls(state.topology, grid, np.array(state.free_gpus))
-        patterns = [lay_out(r.gang.profile, grid, grid.held(r.gang.profile.period_ms, r.period_ms))
-                    for r in state.running]
-        snap._grow(math.lcm(1, *(p.slots for p in patterns)))
+        patterns, hyperperiod = [], 1
+        for r in state.running:
+            period = grid.held(r.gang.profile.period_ms, r.period_ms)
+            if math.lcm(hyperperiod, period.slots) > grid.max_hyperperiod_slots:
+                # Only past the invariant every decision keeps (a changed profile's new snap beside exact periods,
+                # a smaller cap): modelled at the nearest period that fits, the hyperperiod itself at worst.
+                period = grid.fitting(r.gang.profile.period_ms, hyperperiod) or SnappedPeriod(
+                    hyperperiod, r.gang.profile.period_ms, grid.slot_ms)
+            patterns.append(lay_out(r.gang.profile, grid, period))
+            hyperperiod = math.lcm(hyperperiod, period.slots)
+        snap._grow(hyperperiod)
         for running, pattern in zip(state.running, patterns):
             nodes = state.topology.nodes_of(running.nodes)
             offset = int(round(running.offset_ms / grid.slot_ms)) % pattern.slots
@@ -215,6 +224,9 @@ class Snapshot:
             raise InvalidInput("hyperperiod", hyperperiod, f"at most {self.grid.max_hyperperiod_slots} slots")
         wide = self._wide.shape[1]
         if wide % hyperperiod:  # wider than ever: the loads repeat with the hyperperiod, so copies extend them
-            self._wide = np.tile(self._wide, (1, math.lcm(wide, hyperperiod) // wide))
+            if math.lcm(wide, hyperperiod) <= self.grid.max_hyperperiod_slots:
+                self._wide = np.tile(self._wide, (1, math.lcm(wide, hyperperiod) // wide))
+            else:  # beside exact periods, hyperperiods no longer divide one another: start again at this one
+                self._wide = np.tile(self.load, (1, hyperperiod // self.hyperperiod))
         self.load = self._wide[:, :hyperperiod]
         self.hyperperiod = hyperperiod

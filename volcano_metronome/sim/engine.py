@@ -225,6 +225,10 @@ class Engine:
         for placement in self.policy.schedule(self.kernel.now, [j.spec for j in self.pending.values()]):
             job = self.pending.pop(placement.uid)
             self._start(job, placement.nodes, placement.members, placement.offset_ms, placement.period_ms)
+        for uid, period_ms in self.policy.periods():  # re-laid by a lock: its offset follows in the shifts
+            job = self.by_name[uid]
+            if len(job.links) and math.isnan(job.end_s):
+                job.grid_period_s = period_ms / 1000.0
         for uid, offset_ms in self.policy.shifts():
             job = self.by_name[uid]
             if len(job.links) and math.isnan(job.end_s):

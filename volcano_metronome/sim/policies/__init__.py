@@ -78,6 +78,10 @@ class SimPolicy:
     def release(self, now: float, uid: str) -> None:
         """A placed job has ended: give its resources back."""
 
+    def periods(self) -> list[tuple[str, float]]:
+        """New periods (ms) published to running gangs since the last call (before their ``shifts``)."""
+        return []
+
     def shifts(self) -> list[tuple[str, float | None]]:
         """What changed for running gangs since the last call, as ``(uid, offset_ms)``.
 

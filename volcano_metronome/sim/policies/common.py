@@ -26,8 +26,9 @@ def queue_order(pending: Sequence[JobSpec], policy: Policy, now_s: float) -> lis
     return [jobs[gang.uid] for gang in order([job.gang() for job in pending], policy, now_s)]
 
 
-def first_slot(now_s: float, grid: SlotGrid, period_slots: int) -> int:
-    """The offset (slots, epoch 0) at which a gang placed at ``now_s`` starts without waiting.
+def first_slot(now_s: float, grid: SlotGrid, period_slots: int | None = None) -> int:
+    """The offset (slots, epoch 0) at which a gang placed at ``now_s`` starts without waiting (the absolute
+    slot, without ``period_slots``: the core takes it modulo whichever period it gives the gang).
 
     The runtime helper sends window ``w`` at ``offset + start_w + k P``, and the engine starts a
     placed gang's compute at once (no start-up delay), so its first burst is ready at
@@ -35,7 +36,8 @@ def first_slot(now_s: float, grid: SlotGrid, period_slots: int) -> int:
     ``now`` itself, rounded up to the grid (rounding down would miss the slot by a sliver and wait a
     whole period), modulo the gang's snapped period.
     """
-    return math.ceil(now_s * 1000.0 / grid.slot_ms - 1e-9) % period_slots
+    slot = math.ceil(now_s * 1000.0 / grid.slot_ms - 1e-9)
+    return slot if period_slots is None else slot % period_slots
 
 
 def room(free: np.ndarray, job: JobSpec) -> np.ndarray:

@@ -62,10 +62,12 @@ class Metronome(SimPolicy):
         self.dirty: set[int] = set()
         self.departed = False
         self._shifts: list[tuple[str, float | None]] = []
+        self._periods: list[tuple[str, float]] = []
         self.reopt_ms: list[float] = []
         self.counts = {"decisions": 0, "sharing": 0, "sharing_zero_overflow": 0, "sharing_guarded_fit": 0,
                        "reoptimisations": 0, "moves": 0, "placed_unlocked": 0, "placed_locked": 0, "locks": 0,
-                       "unlocks": 0, "relocations": 0}
+                       "unlocks": 0, "relocations": 0,
+                       "exact_locks": 0}
         self.snapping: list[float] = []
         # For the TDM picture: per link, the most gangs ever on it at once and their phases then.
         self.crowd = self.stats.crowd
@@ -76,8 +78,8 @@ class Metronome(SimPolicy):
         out = []
         for gang in order(gangs, self.policy, now):
             started = time.perf_counter()
-            # Modulo the cap, which every period divides: right whichever period (grid or local snap) the gang gets.
-            earliest = first_slot(now, self.snapshot.grid, self.snapshot.grid.max_hyperperiod_slots)
+            # The absolute slot: right whichever period (grid, local or exact snap) the gang gets.
+            earliest = first_slot(now, self.snapshot.grid)
             result = decide(self.snapshot, gang, self.policy, earliest=earliest)
             elapsed = (time.perf_counter() - started) * 1000.0
             if not isinstance(result, Decision):
@@ -92,7 +94,10 @@ class Metronome(SimPolicy):
                 self.dirty.update(links.tolist())
             self.counts["relocations"] += len(result.relocations)
             self.counts["locks"] += len(result.locks)
-            # Gangs locked now, and locked neighbours the lock re-arranged: each re-anchors on its new offset.
+            # Gangs locked now, and locked neighbours the lock re-arranged: each re-anchors on its new offset
+            # (and, re-laid at the exact period it shares with this gang, on its new period).
+            self._periods.extend(result.periods)
+            self.counts["exact_locks"] += int(bool(result.locked and result.periods or self._off_grid(result)))
             rearranged = tuple(uid for uid, _ in result.relocations if uid not in result.locks)
             for uid in (*result.locks, *rearranged):
                 self._shifts.append((uid, self.snapshot.placed[uid].offset * self.snapshot.grid.slot_ms))
@@ -120,6 +125,15 @@ class Metronome(SimPolicy):
         """Offsets published since the last call: moves, locks (a number) and unlocks (None)."""
         out, self._shifts = self._shifts, []
         return out
+
+    def periods(self) -> list[tuple[str, float]]:
+        """New periods (ms) published since the last call: gangs a lock re-laid at the exact period it shares."""
+        out, self._periods = self._periods, []
+        return out
+
+    def _off_grid(self, result: Decision) -> bool:
+        grid = self.snapshot.grid
+        return result.locked and grid.max_hyperperiod_slots % int(round(result.period_ms / grid.slot_ms)) != 0
 
     def _gang(self, job: JobSpec) -> Gang:
         gang = self.gangs.get(job.name)
@@ -194,6 +208,7 @@ class Metronome(SimPolicy):
             "locks": c["locks"],
             "unlocks": c["unlocks"],
             "relocations": c["relocations"],
+            "exact_locks": c["exact_locks"],
         }
 
 

@@ -32,5 +32,10 @@ class MetronomeFree(Metronome):
         super().shifts()
         return []
 
+    def periods(self) -> list[tuple[str, float]]:
+        """Nothing is ever published (the periods of gangs re-laid by a lock are discarded)."""
+        super().periods()
+        return []
+
 
 POLICY = MetronomeFree

@@ -1,0 +1,126 @@
+"""Identical jobs need no snapping (issue 12): a lock at the exact period the gangs of its links share."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+from hypothesis import event, given, settings
+from hypothesis import strategies as st
+
+from tests.core.builders import empty, gang, ring, two_nodes
+from volcano_metronome.core.cycle import commit
+from volcano_metronome.core.decision import Decision, decide
+from volcano_metronome.core.grid import SlotGrid, lay_out
+from volcano_metronome.core.model import Policy
+from volcano_metronome.core.traffic import scaled
+
+POLICY = Policy()
+
+
+def test_exact_is_the_slot_ceiling_and_off_the_grid():
+    grid = SlotGrid()
+    assert grid.exact(245.7).slots == 50 and grid.snap(245.7).slots == 56  # measured vgg11 at 100 Gbps
+    assert grid.exact(190.0).slots == 38 and grid.max_hyperperiod_slots % 38
+    assert grid.exact(240.0).slots == grid.snap(240.0).slots == 48
+
+
+def test_identical_gangs_lock_at_their_exact_period_and_the_free_neighbour_is_re_laid():
+    # 10 ms bursts in a 190 ms period: at the grid's 200 ms a lock pads 10 ms per iteration each, more than
+    # the rare collisions cost; at 190 ms (38 slots, off the grid) it pads nothing.
+    snap = empty(two_nodes(), 8)
+    a = gang("a", 2, 5, period=190.0, start=150.0, length=10.0)
+    commit(snap, a, decide(snap, a, POLICY))
+    assert snap.placed["a"].pattern.slots == 40 and not snap.placed["a"].locked  # alone: free, on the grid
+    d = decide(snap, gang("b", 2, 3, period=190.0, start=150.0, length=10.0), POLICY)
+    assert isinstance(d, Decision) and d.locked and d.locks == ("a",)
+    assert d.period_ms == 190.0 and d.periods == (("a", 190.0),) and d.padding_ms == 0.0 < d.free_delay_ms
+    assert snap.placed["a"].pattern.slots == 40 and snap.hyperperiod == 40  # deciding changed nothing
+    commit(snap, gang("b", 2, 3, period=190.0, start=150.0, length=10.0), d)
+    assert {u: (p.pattern.slots, p.locked) for u, p in snap.placed.items()} == {"a": (38, True), "b": (38, True)}
+    assert snap.clean("a") and snap.clean("b")
+
+
+def test_a_neighbour_locked_on_another_period_keeps_the_newcomer_on_the_grid():
+    snap = empty(two_nodes(), 8)
+    a = gang("a", 2, 5, period=190.0, start=150.0, length=10.0)
+    snap.assume(a, np.array([0, 1]), np.array([1, 1]), 0, hold_gpus=False, locked=True)  # held to 200 ms
+    d = decide(snap, gang("b", 2, 3, period=190.0, start=150.0, length=10.0), POLICY)
+    assert isinstance(d, Decision) and d.period_ms == 200.0 and d.periods == ()
+
+
+def test_no_exact_period_beyond_the_hyperperiod_cap():
+    snap = empty(two_nodes(), 8, SlotGrid(5.0, 40))  # a cap of 40 slots: 38 and 40 have lcm 760
+    a = gang("a", 2, 5, period=190.0, start=150.0, length=10.0)
+    commit(snap, a, decide(snap, a, POLICY))
+    d = decide(snap, gang("b", 2, 3, period=190.0, start=150.0, length=10.0), POLICY)
+    assert isinstance(d, Decision) and d.period_ms == 200.0 and not d.locked and d.periods == ()
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.data())
+def test_an_exact_lock_leaves_every_locked_gang_clean_and_deciding_changes_nothing(data):
+    snap = empty(ring(4), 8)
+    periods = st.sampled_from([190.0, 192.0, 200.0])  # exact 38, 39, 40 slots; all snap to 40 on the grid
+    for i in range(data.draw(st.integers(1, 4))):
+        first = data.draw(st.integers(0, 3))
+        g = gang(f"g{i}", 2, 1, data.draw(periods), 0.0, data.draw(st.sampled_from([20.0, 40.0, 60.0])), 100.0)
+        snap.assume(g, np.array(sorted({first, (first + 1) % 4})), np.array([1, 1]),
+                    data.draw(st.integers(0, 39)), hold_gpus=False, locked=data.draw(st.booleans()))
+        if not all(snap.clean(u) for u in snap.placed if snap.placed[u].locked):
+            snap.forget(g.uid)
+    snap.fold()
+    before = {u: (p.offset, p.locked, p.pattern.slots) for u, p in snap.placed.items()}
+    first = data.draw(st.integers(0, 3))
+    new = dataclasses.replace(gang("new", 2, 8, data.draw(periods), 0.0, data.draw(st.sampled_from([20.0, 40.0]))),
+                              nodes=frozenset({f"n{first}", f"n{(first + 1) % 4}"}))
+    d = decide(snap, new, POLICY)
+    assert isinstance(d, Decision)
+    assert {u: (p.offset, p.locked, p.pattern.slots) for u, p in snap.placed.items()} == before
+    event(f"locked={d.locked}, re-laid={len(d.periods)}, exact={d.period_ms != 200.0}")
+    if d.periods:
+        assert d.locked and {u for u, _ in d.periods} <= set(d.locks)
+        assert all(ms == d.period_ms for _, ms in d.periods) and all(not before[u][1] for u, _ in d.periods)
+    commit(snap, new, d)
+    for uid, ms in d.periods:
+        assert snap.placed[uid].pattern.period.ms == ms
+    if d.locked:
+        assert all(snap.clean(u) for u in snap.placed if snap.placed[u].locked)
+    assert snap.hyperperiod <= snap.grid.max_hyperperiod_slots
+
+
+def test_a_grid_period_that_would_take_the_hyperperiod_past_the_cap_fits_beside_exact_ones():
+    # An exact 38-slot pair and a free 40-slot gang make a hyperperiod of 760 slots; a newcomer's grid snap of
+    # 36 slots (176 ms) would take it to 6,840, past the cap of 5,040: the shortest period that fits is 38.
+    snap = empty(ring(6), 8)
+    for uid, nodes in (("a", [0, 1]), ("b", [0, 1])):
+        g = gang(uid, 2, 1, period=190.0, start=150.0, length=10.0)
+        snap.assume(g, np.array(nodes), np.array([1, 1]), 0 if uid == "a" else 20,
+                    lay_out(g.profile, snap.grid, snap.grid.exact(190.0)), hold_gpus=False)
+    snap.assume(gang("c", 2, 1), np.array([2, 3]), np.array([1, 1]), 0, hold_gpus=False, locked=False)
+    assert snap.hyperperiod == 760
+    new = dataclasses.replace(gang("new", 2, 1, period=176.0, start=0.0, length=50.0), nodes=frozenset({"n4", "n5"}))
+    d = decide(snap, new, POLICY)
+    assert isinstance(d, Decision) and d.period_ms == 190.0
+    commit(snap, new, d)
+    assert snap.hyperperiod == 760 and snap.clean("a")
+    assert SlotGrid().fitting(176.0, 760).slots == 38 and SlotGrid().fitting(176.0, 40).slots == 36
+    assert SlotGrid(5.0, 40).fitting(196.0, 38) is None  # 40 slots with 38: 760, past a cap of 40
+
+
+def test_a_snapshot_grown_past_its_widest_hyperperiod_keeps_every_load():
+    # Hyperperiods of 40 then 760 slots: the wide array is rebuilt at 760 (lcm with 5,040 is past the cap).
+    snap = empty(ring(4), 8)
+    others = [gang(f"g{p}", 2, 1, period=p * 5.0, start=0.0, length=25.0) for p in (35, 36, 40, 48)]
+    for g in others:
+        snap.assume(g, np.array([0, 1]), np.array([1, 1]), 0, hold_gpus=False, locked=False)
+    assert snap.hyperperiod == 5040
+    for g in others[:2] + others[3:]:
+        snap.forget(g.uid)
+    snap.fold()
+    e = gang("e", 2, 1, period=190.0, start=0.0, length=25.0)
+    snap.assume(e, np.array([0, 1]), np.array([1, 1]), 3, lay_out(e.profile, snap.grid, snap.grid.exact(190.0)))
+    assert snap.hyperperiod == 760 and snap._wide.shape[1] <= snap.grid.max_hyperperiod_slots
+    expected = snap.placed["g40"].row(760) + snap.placed["e"].row(760)
+    nic = snap.placed["e"].links
+    assert (snap.load[nic] == scaled(snap.placed["e"].multiplier[:, None], expected[None, :])).all()
