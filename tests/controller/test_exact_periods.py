@@ -16,13 +16,14 @@ import pytest
 from tests.controller import builders as b
 from tests.controller.fake import FakeApi
 from tests.controller.test_lock_on_demand import (NOW, NS, PERIOD, SETTINGS, add_gang, assert_pods_follow, claim,
-                                                   controller, converge, fake, pods)
+                                                   controller, converge, events, fake, pods)
 from volcano_metronome import api, kube
 from volcano_metronome.controller import deciding, objects
 from volcano_metronome.controller.deciding import Reoptimised
 from volcano_metronome.controller.epochs import epoch_at_or_after, epoch_at_or_before, relative_offset
 from volcano_metronome.controller.observe import claim_view
 from volcano_metronome.controller.profiledrift import _repoint
+from volcano_metronome.controller.writes import LOCKED
 from volcano_metronome.core.decision import Decision
 from volcano_metronome.core.reoptimize import Move
 from volcano_metronome.shapes.profiles import profile_from_spec
@@ -94,6 +95,43 @@ def test_a_decision_at_an_exact_period_is_written_relative_to_its_epoch(fake: Fa
         period, offset, at = pod_timing(p)
         assert period == EXACT and lands(at, offset, d.offset_ms, EXACT), (period, offset, at)
     plan, _ = controller(fake, NOW + 1).cycle()  # a restart agrees with what is written
+    assert plan.writes == 0
+
+
+def test_a_lock_re_lays_a_free_gang_at_the_period_it_shares(fake: FakeApi, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``Decision.periods``: the lock writes the new period with the offset folded for the lock's future
+    epoch (the gang's phase on the Unix epoch's axis stays), then its pods get the new period."""
+    add_gang(fake, "a")
+    converge(controller(fake))
+    first = claim_view(claim(fake, "a"))
+    assert first.locked is False and first.period_ms == PERIOD
+    origin = first.origin_offset_ms()
+    exact_decisions(monkeypatch, "b", relay="a")
+    add_gang(fake, "b")
+    later = NOW + 100
+    ctl = controller(fake, later)
+    converge(ctl)
+    a = claim(fake, "a")["status"]
+    future = epoch_at_or_after(later * 1000 + SETTINGS.reconfigure_lead_ms, SETTINGS)
+    assert future % EXACT != 0  # else nothing would need folding
+    assert a["locked"] is True and a["periodMs"] == EXACT and a["epoch"] == future
+    assert a["offsetMs"] == relative_offset(origin, future, EXACT) and lands(future, a["offsetMs"], origin, EXACT)
+    assert claim_view(claim(fake, "a")).origin_offset_ms() == pytest.approx(origin)
+    assert a["decidedAt"] == first.status["decidedAt"]  # locked and re-laid, never decided again
+    assert_pods_follow(fake, "a")
+    assert {pod_timing(p)[0] for p in pods(fake, "a")} == {EXACT}
+    assert claim(fake, "b")["status"]["periodMs"] == EXACT and claim(fake, "b")["status"]["locked"] is True
+    assert_pods_follow(fake, "b")
+    shares = f"period {PERIOD:g} -> {EXACT:g} ms, the period it shares with {NS}/PodGroup/b"
+    note = next(c for c in a["conditions"] if c["type"] == "Reconfigured")["message"]
+    assert note.startswith(shares) and note.endswith(f"(re-laid to lock with {NS}/PodGroup/b)"), note
+    locked = [e["note"] for e in fake.events if e["reason"] == LOCKED]
+    assert len(locked) == 1 and locked[0].endswith(shares), locked
+    assert events(fake, LOCKED) == ["a"]
+    # The lock (with its period) is written before the deciding gang's claim, in one status write.
+    statuses = [name for verb, plural, name in fake.writes if (verb, plural) == ("patch/status", api.CLAIMS)]
+    assert statuses == ["podgroup-a", "podgroup-a", "podgroup-b"]
+    plan, _ = controller(fake, later + 1).cycle()  # a restart agrees with what is written
     assert plan.writes == 0
 
 

@@ -20,11 +20,13 @@ rates add up to more than the capacity, so bursts could collide) is recorded wit
 runtime runs free. When a decision makes one of its links contended, the decision names it in
 ``Decision.locks``; its claim then gets ``locked: true`` and a future epoch (the phase it already
 has stays: its offset is folded for the new epoch), then its pods get ``offset-ms`` and that epoch,
-then an Event ``Locked``. The deciding gang's claim writes wait for the locks of the gangs its
-decision names (``GangWrites.requires``): the core leaves gangs free on contended links on purpose
-where locking would not pay, so a lock cannot be inferred later, and a controller killed between the
-writes must leave at worst a locked gang whose decider is decided again, never a decision recorded
-without its locks. The periodic re-optimisation pass unlocks locked gangs left with no contended link
+then an Event ``Locked``. A lock may re-lay the gang at the exact period it shares with the deciding
+gang (``Decision.periods``): the new ``periodMs`` goes into the same claim write as the lock, then
+onto its pods. The deciding gang's claim writes wait for the locks of the gangs its decision names
+(``GangWrites.requires``): the core leaves gangs free on contended links on purpose where locking
+would not pay, so a lock cannot be inferred later, and a controller killed between the writes must
+leave at worst a locked gang whose decider is decided again, never a decision recorded without its
+locks. The periodic re-optimisation pass unlocks locked gangs left with no contended link
 (``Snapshot.unlockable``): ``locked: false``, then ``offset-ms``/``epoch`` removed from their pods,
 then an Event ``Unlocked``.
 
@@ -147,16 +149,20 @@ def plan(world: World, decided: Decided, settings: Settings, now_s: float,
             w = _no_fit(gang, result.reason, world, now_s, reported)
         elif gang.placed and gang.claim is not None:
             lock = gang.uid in decided.locks
+            by = decided.locks.get(gang.uid)
+            locker = keys.get(by, "a new gang") if by is not None else "a new gang"
             move, why = moved.get(gang.uid), "re-optimisation"
             if move is None and gang.uid in decided.relocations:
                 offset_ms = decided.relocations[gang.uid]
                 slots = round(offset_ms / settings.grid.slot_ms)
-                by = decided.locks.get(gang.uid)
-                why = (f"moved to lock with {keys.get(by, 'a new gang')}" if by is not None else
+                why = (f"moved to lock with {locker}" if by is not None else
                        f"moved to make room for {keys.get(decided.moved_by.get(gang.uid, ''), 'a new gang')}")
                 move = Move(gang.uid, slots, slots, offset_ms)
+            period_ms = decided.periods.get(gang.uid)  # re-laid by its lock at the period it shares
+            if move is None and period_ms is not None:
+                why = f"re-laid to lock with {locker}"
             w = _follow(gang, gang.claim, move, settings, now_s, now_ms, lock=lock,
-                        unlock=gang.uid in unlocks and not lock, why=why)
+                        unlock=gang.uid in unlocks and not lock, why=why, period_ms=period_ms, shares=locker)
         elif not gang.placed and gang.profile is None and not gang.waiting_for:
             w = _no_fit(gang, gang.profile_error, world, now_s, reported)
             cacheable = False  # whether it never fits depends on the cluster's GPUs, not on its view alone
@@ -273,12 +279,14 @@ def _place(gang: GangView, d: Decision, settings: Settings, now_s: float, now_ms
 
 
 def _follow(gang: GangView, claim: ClaimView, move: Move | None, settings: Settings, now_s: float,
-            now_ms: float, lock: bool = False, unlock: bool = False, why: str = "re-optimisation") -> GangWrites:
-    """Writes that make a placed gang's pods and Workload agree with its claim (and apply a move, a lock
-    or an unlock to the claim first).
+            now_ms: float, lock: bool = False, unlock: bool = False, why: str = "re-optimisation",
+            period_ms: float | None = None, shares: str = "a new gang") -> GangWrites:
+    """Writes that make a placed gang's pods and Workload agree with its claim (and apply a move, a lock,
+    a new period or an unlock to the claim first).
 
-    A move or a lock takes effect at the first lattice epoch ``reconfigureLeadMs`` ahead; until then
-    the runtime keeps its previous slot (or, unlocked, keeps running free). The offset written is
+    A move, a lock or a new period (``period_ms``: the exact period a lock re-lays it at, the one it
+    shares with ``shares``) takes effect at the first lattice epoch ``reconfigureLeadMs`` ahead; until
+    then the runtime keeps its previous slot (or, unlocked, keeps running free). The offset written is
     relative to that epoch: ``move``'s origin offset, else the claim's own origin-relative phase.
     """
     status: JSON = {}
@@ -286,19 +294,26 @@ def _follow(gang: GangView, claim: ClaimView, move: Move | None, settings: Setti
     offset, period, epoch, locked = claim.offset_ms, claim.period_ms, claim.epoch_ms, claim.locked
     future = epoch_at_or_after(now_ms + settings.reconfigure_lead_ms, settings)
     transition = ""
-    if move is not None:
+    relaid = period_ms is not None and period_ms > 0 and period_ms != claim.period_ms
+    if move is not None or relaid:
+        if relaid:
+            assert period_ms is not None
+            period = period_ms
+            status["periodMs"] = period
         epoch, locked = future, True
-        offset = relative_offset(move.offset_ms, epoch, period)  # the core's offset is the Unix epoch's
-        note = (f"offset {claim.offset_ms:g} -> {offset:g} ms of {period:g} ms from epoch {epoch} "
+        # A move's offset is the core's (Unix-epoch relative); a gang re-laid in place keeps its phase.
+        offset = relative_offset(move.offset_ms if move is not None else claim.origin_offset_ms(), epoch, period)
+        change = f"period {claim.period_ms:g} -> {period:g} ms, the period it shares with {shares}; " if relaid else ""
+        note = (f"{change}offset {claim.offset_ms:g} -> {offset:g} ms of {period:g} ms from epoch {epoch} "
                 f"({why})")
         conds = objects.set_condition(claim.conditions, RECONFIGURED, "True", RECONFIGURED, note, now_s)
         status.update({"offsetMs": offset, "epoch": epoch, "conditions": conds})
         if settings.events:
             after.append(Event(regarding(gang), RECONFIGURED, note))
-    if (lock or move is not None) and not claim.locked:
+    if (lock or move is not None or relaid) and not claim.locked:
         # The phase it was placed at stays (the gangs now contending for its links were fitted around it),
         # but not the offset: it is relative to the new epoch, which a period off the grid does not divide.
-        if move is None:
+        if move is None and not relaid:
             epoch = future
             offset = relative_offset(claim.origin_offset_ms(), epoch, period)
             if offset != claim.offset_ms:
@@ -306,9 +321,11 @@ def _follow(gang: GangView, claim: ClaimView, move: Move | None, settings: Setti
         locked, transition = True, LOCKED
         status.update({"locked": True, "epoch": epoch})
         if settings.events:
+            change = f"; period {claim.period_ms:g} -> {period:g} ms, the period it shares with {shares}" if (
+                relaid) else ""
             after.append(Event(regarding(gang), LOCKED,
                                f"a gang on its links could now collide with it: bursts aligned at offset "
-                               f"{offset:g} ms of {period:g} ms from epoch {epoch}"))
+                               f"{offset:g} ms of {period:g} ms from epoch {epoch}{change}"))
     elif unlock and claim.locked and move is None:
         locked, transition = False, UNLOCKED
         status["locked"] = False
