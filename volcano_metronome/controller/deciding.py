@@ -37,7 +37,8 @@ class Decided:
 
     ``locks`` maps each unlocked gang that must align from now on to the uid of the gang whose
     decision locks it; ``relocations`` the new offsets (ms) the core gave some of them with the lock,
-    and locked gangs it re-arranged for a newcomer, whose uid ``moved_by`` gives.
+    and locked gangs it re-arranged for a newcomer, whose uid ``moved_by`` gives; ``periods`` the new
+    (exact) periods (ms) of locked gangs the lock re-lays at the period they share with the deciding gang.
     """
 
     results: Mapping[str, Decision | NoFit] = field(default_factory=dict)
@@ -46,6 +47,7 @@ class Decided:
     relocations: Mapping[str, float] = field(default_factory=dict)
     seconds: Mapping[str, float] = field(default_factory=dict)  # how long each gang's decision took (with a clock)
     moved_by: Mapping[str, str] = field(default_factory=dict)
+    periods: Mapping[str, float] = field(default_factory=dict)
     # The snapshot the decisions were assumed into, for the re-optimisation pass of the same cycle.
     snapshot: Snapshot | None = field(default=None, compare=False, repr=False)
 
@@ -111,8 +113,8 @@ def decide(world: World, settings: Settings, now_s: float, clock: Callable[[], f
             results[gang.uid] = _decide_one(snap, gang, pol)
             if clock is not None:
                 seconds[gang.uid] = clock() - t0
-    locks, relocations, moved_by = _locks(results, snap.grid.slot_ms)
-    return Decided(results, tuple(warnings), locks, relocations, seconds, moved_by, snap)
+    locks, relocations, moved_by, periods = _locks(results, snap.grid.slot_ms)
+    return Decided(results, tuple(warnings), locks, relocations, seconds, moved_by, periods, snap)
 
 
 def _decide_one(snap: Snapshot, gang: Gang, pol: Policy) -> Decision | NoFit:
@@ -131,9 +133,10 @@ def _decide_one(snap: Snapshot, gang: Gang, pol: Policy) -> Decision | NoFit:
 
 
 def _locks(results: Mapping[str, Decision | NoFit],
-           slot_ms: float) -> tuple[dict[str, str], dict[str, float], dict[str, str]]:
+           slot_ms: float) -> tuple[dict[str, str], dict[str, float], dict[str, str], dict[str, float]]:
     """The running gangs this cycle's decisions lock (to the uid of the deciding gang), the new offsets
-    (ms) of those the core relocated with a lock, and the deciding gang of each relocation.
+    (ms) of those the core relocated with a lock, the deciding gang of each relocation, and the new
+    periods (ms) of those a lock re-lays (by the decision that locks them, as the lock itself).
 
     Only the core's decisions lock: it leaves a gang free on a contended link on purpose when locking
     would cost more padding than the collisions it saves, so the controller must not lock it anyway.
@@ -141,14 +144,18 @@ def _locks(results: Mapping[str, Decision | NoFit],
     locks: dict[str, str] = {}
     relocations: dict[str, float] = {}
     moved_by: dict[str, str] = {}
+    periods: dict[str, float] = {}
     for result in results.values():
         if isinstance(result, Decision):
             for uid in result.locks:
                 locks.setdefault(uid, result.uid)
+            for uid, period_ms in result.periods:
+                if locks.get(uid) == result.uid:  # the decision that takes the lock lays it out
+                    periods.setdefault(uid, period_ms)
             for uid, offset_slots in result.relocations:
                 relocations.setdefault(uid, offset_slots * slot_ms)
                 moved_by.setdefault(uid, result.uid)
-    return locks, relocations, moved_by
+    return locks, relocations, moved_by, periods
 
 
 def reoptimise_running(world: World, settings: Settings, due: Sequence[str],
@@ -171,7 +178,8 @@ def reoptimise_running(world: World, settings: Settings, due: Sequence[str],
         view = next((p for p in world.policies if p.name == name), None)
         max_moves = view.reoptimization.max_moves if view is not None else 4
         frozen = frozenset(uid for uid in snap.placed
-                           if owner.get(uid) != name or uid in fresh or uid in decided.relocations)
+                           if owner.get(uid) != name or uid in fresh or uid in decided.relocations
+                           or uid in decided.periods)  # laid out by this cycle's decisions
         pol = core_policy(world, name, settings)
         result = reoptimise(snap, pol, max_moves=max_moves, frozen=frozen)
         moves.extend(result.moves)

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
@@ -33,7 +32,7 @@ from volcano_metronome.controller.settings import Settings
 from volcano_metronome.core.errors import InvalidInput
 from volcano_metronome.core.profile import Profile
 from volcano_metronome.shapes import JSON
-from volcano_metronome.controller.epochs import epoch_at_or_after
+from volcano_metronome.controller.epochs import epoch_at_or_after, relative_offset
 from volcano_metronome.shapes.profiles import profile_from_spec, profile_to_spec
 
 PROFILE_DRIFT = "ProfileDrift"
@@ -340,7 +339,8 @@ def _repoint(claim: ClaimView, profile: Profile, settings: Settings, now_s: floa
     if period == claim.period_ms:
         return {}
     epoch = epoch_at_or_after(now_s * 1000.0 + settings.reconfigure_lead_ms, settings)
-    return {"periodMs": period, "epoch": epoch, "offsetMs": math.fmod(claim.offset_ms, period)}
+    # Its phase on the Unix epoch's axis stays; the offset is written relative to the new epoch.
+    return {"periodMs": period, "epoch": epoch, "offsetMs": relative_offset(claim.origin_offset_ms(), epoch, period)}
 
 
 def _planned(gang: GangView, profile: Profile, fields: Mapping[str, Any]) -> GangView:

@@ -18,19 +18,23 @@ Lock on demand (``core.decision``): a gang that shares no contended link (where 
 rates add up to more than the capacity, so bursts could collide) is recorded with
 ``status.locked: false`` and its pods get ``period-ms`` but no ``offset-ms``/``epoch``, so its
 runtime runs free. When a decision makes one of its links contended, the decision names it in
-``Decision.locks``; its claim then gets ``locked: true`` and a future epoch (the offset it already
-has stays: every lattice epoch is congruent to 0 modulo every snapped period), then its pods get
-``offset-ms`` and that epoch, then an Event ``Locked``. The deciding gang's claim writes wait for
-the locks of the gangs its decision names (``GangWrites.requires``): the core leaves gangs free on
-contended links on purpose where locking would not pay, so a lock cannot be inferred later, and a
-controller killed between the writes must leave at worst a locked gang whose decider is decided
-again, never a decision recorded without its locks. The periodic
-re-optimisation pass unlocks locked gangs left with no contended link (``Snapshot.unlockable``):
-``locked: false``, then ``offset-ms``/``epoch`` removed from their pods, then an Event ``Unlocked``.
+``Decision.locks``; its claim then gets ``locked: true`` and a future epoch (the phase it already
+has stays: its offset is folded for the new epoch), then its pods get ``offset-ms`` and that epoch,
+then an Event ``Locked``. A lock may re-lay the gang at the exact period it shares with the deciding
+gang (``Decision.periods``): the new ``periodMs`` goes into the same claim write as the lock, then
+onto its pods. The deciding gang's claim writes wait for the locks of the gangs its decision names
+(``GangWrites.requires``): the core leaves gangs free on contended links on purpose where locking
+would not pay, so a lock cannot be inferred later, and a controller killed between the writes must
+leave at worst a locked gang whose decider is decided again, never a decision recorded without its
+locks. The periodic re-optimisation pass unlocks locked gangs left with no contended link
+(``Snapshot.unlockable``): ``locked: false``, then ``offset-ms``/``epoch`` removed from their pods,
+then an Event ``Unlocked``.
 
-Time: offsets are kept relative to the Unix epoch modulo the period. Epochs written on claims and
-pods are points of the lattice ``k * maxHyperperiodMs`` (every snapped period divides it), so every
-epoch is equivalent to every other and offsets from different decisions compose on shared links.
+Time: the core's offsets are relative to the Unix epoch modulo the period. Epochs written on claims
+and pods are points of the lattice ``k * maxHyperperiodMs``, and the offset written next to an epoch
+is relative to it, ``(origin offset - epoch) mod period`` (``epochs.relative_offset``): unchanged for
+a grid period (it divides the lattice step), folded for an exact period off the grid (say 195 ms), so
+offsets from different decisions compose on shared links whatever their periods.
 A re-optimised gang gets the first lattice point at least ``reconfigureLeadMs`` in the future: the
 new offset takes effect there.
 """
@@ -39,7 +43,6 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-import math
 from typing import Any, Mapping, Sequence
 
 import numpy as np
@@ -47,7 +50,7 @@ import numpy as np
 from volcano_metronome import api
 from volcano_metronome.controller import objects, podless, ranks, statuses, vanished
 from volcano_metronome.controller.quiet import Quiet, share_of
-from volcano_metronome.controller.epochs import epoch_at_or_after, epoch_at_or_before
+from volcano_metronome.controller.epochs import epoch_at_or_after, epoch_at_or_before, relative_offset
 from volcano_metronome.controller.constraints import assign
 from volcano_metronome.shapes import JSON
 from volcano_metronome.controller.views import (GANG_API_VERSIONS, PODS_TIMEOUT, RELEASED, ClaimView, GangKey, GangView,
@@ -146,16 +149,20 @@ def plan(world: World, decided: Decided, settings: Settings, now_s: float,
             w = _no_fit(gang, result.reason, world, now_s, reported)
         elif gang.placed and gang.claim is not None:
             lock = gang.uid in decided.locks
+            by = decided.locks.get(gang.uid)
+            locker = keys.get(by, "a new gang") if by is not None else "a new gang"
             move, why = moved.get(gang.uid), "re-optimisation"
             if move is None and gang.uid in decided.relocations:
                 offset_ms = decided.relocations[gang.uid]
                 slots = round(offset_ms / settings.grid.slot_ms)
-                by = decided.locks.get(gang.uid)
-                why = (f"moved to lock with {keys.get(by, 'a new gang')}" if by is not None else
+                why = (f"moved to lock with {locker}" if by is not None else
                        f"moved to make room for {keys.get(decided.moved_by.get(gang.uid, ''), 'a new gang')}")
                 move = Move(gang.uid, slots, slots, offset_ms)
+            period_ms = decided.periods.get(gang.uid)  # re-laid by its lock at the period it shares
+            if move is None and period_ms is not None:
+                why = f"re-laid to lock with {locker}"
             w = _follow(gang, gang.claim, move, settings, now_s, now_ms, lock=lock,
-                        unlock=gang.uid in unlocks and not lock, why=why)
+                        unlock=gang.uid in unlocks and not lock, why=why, period_ms=period_ms, shares=locker)
         elif not gang.placed and gang.profile is None and not gang.waiting_for:
             w = _no_fit(gang, gang.profile_error, world, now_s, reported)
             cacheable = False  # whether it never fits depends on the cluster's GPUs, not on its view alone
@@ -235,8 +242,9 @@ def _place(gang: GangView, d: Decision, settings: Settings, now_s: float, now_ms
         nodes, members = ranks.ring_nodes(topology, d.nodes, d.members)
         d = dataclasses.replace(d, nodes=nodes, members=members)
     epoch = epoch_at_or_before(now_ms, settings)
+    offset = relative_offset(d.offset_ms, epoch, d.period_ms)  # the core's offset is the Unix epoch's
     prior = gang.claim.conditions if gang.claim is not None else ()
-    message = (f"{gang.size} members on {len(d.nodes)} node(s) {', '.join(d.nodes)}; offset {d.offset_ms:g} ms of "
+    message = (f"{gang.size} members on {len(d.nodes)} node(s) {', '.join(d.nodes)}; offset {offset:g} ms of "
                f"{d.period_ms:g} ms; " + ("feasible" if d.feasible else
                                           f"predicted overflow {d.overflow_gbps_ms:.3g} Gbps*ms per period")
                + ("" if locked else "; shares no contended link: runs free until a gang placed on its "
@@ -247,7 +255,7 @@ def _place(gang: GangView, d: Decision, settings: Settings, now_s: float, now_ms
         conds = objects.set_condition(conds, vanished.VANISHED, "False", vanished.REDECIDED,
                                       "decided again on nodes the cluster has", now_s)
     status: JSON = {
-        "nodes": list(d.nodes), "members": list(d.members), "offsetMs": d.offset_ms, "periodMs": d.period_ms,
+        "nodes": list(d.nodes), "members": list(d.members), "offsetMs": offset, "periodMs": d.period_ms,
         "epoch": epoch, "links": list(d.links), "predictedOverflowGbpsMs": round(d.overflow_gbps_ms, 6),
         "feasible": d.feasible, "locked": locked, "decidedAt": format_time(now_s), "conditions": conds,
     }
@@ -257,7 +265,7 @@ def _place(gang: GangView, d: Decision, settings: Settings, now_s: float, now_ms
     claim = ClaimView(namespace=gang.key.namespace, name=gang.claim_name, resource_version=rv or "",
                       generation=gang.claim.generation if gang.claim else 1, gang_ref=gang.key, ours=True,
                       profile=gang.profile, priority=gang.priority, queue_policy=gang.policy or None, placed=True,
-                      nodes=d.nodes, members=d.members, offset_ms=d.offset_ms, period_ms=d.period_ms, epoch_ms=epoch,
+                      nodes=d.nodes, members=d.members, offset_ms=offset, period_ms=d.period_ms, epoch_ms=epoch,
                       conditions=tuple(conds), status=status, locked=locked)
     follow = _follow(gang, claim, None, settings, now_s, now_ms)
     for write in follow.claim:  # a drift already visible at placement goes into the same status write
@@ -271,35 +279,53 @@ def _place(gang: GangView, d: Decision, settings: Settings, now_s: float, now_ms
 
 
 def _follow(gang: GangView, claim: ClaimView, move: Move | None, settings: Settings, now_s: float,
-            now_ms: float, lock: bool = False, unlock: bool = False, why: str = "re-optimisation") -> GangWrites:
-    """Writes that make a placed gang's pods and Workload agree with its claim (and apply a move, a lock
-    or an unlock to the claim first).
+            now_ms: float, lock: bool = False, unlock: bool = False, why: str = "re-optimisation",
+            period_ms: float | None = None, shares: str = "a new gang") -> GangWrites:
+    """Writes that make a placed gang's pods and Workload agree with its claim (and apply a move, a lock,
+    a new period or an unlock to the claim first).
 
-    A move or a lock takes effect at the first lattice epoch ``reconfigureLeadMs`` ahead; until then
-    the runtime keeps its previous slot (or, unlocked, keeps running free).
+    A move, a lock or a new period (``period_ms``: the exact period a lock re-lays it at, the one it
+    shares with ``shares``) takes effect at the first lattice epoch ``reconfigureLeadMs`` ahead; until
+    then the runtime keeps its previous slot (or, unlocked, keeps running free). The offset written is
+    relative to that epoch: ``move``'s origin offset, else the claim's own origin-relative phase.
     """
     status: JSON = {}
     after: list[WorkloadCheck | Event] = []
     offset, period, epoch, locked = claim.offset_ms, claim.period_ms, claim.epoch_ms, claim.locked
     future = epoch_at_or_after(now_ms + settings.reconfigure_lead_ms, settings)
     transition = ""
-    if move is not None:
+    relaid = period_ms is not None and period_ms > 0 and period_ms != claim.period_ms
+    if move is not None or relaid:
+        if relaid:
+            assert period_ms is not None
+            period = period_ms
+            status["periodMs"] = period
         epoch, locked = future, True
-        offset = math.fmod(move.offset_ms, period) if period > 0 else move.offset_ms
-        note = (f"offset {claim.offset_ms:g} -> {offset:g} ms of {period:g} ms from epoch {epoch} "
+        # A move's offset is the core's (Unix-epoch relative); a gang re-laid in place keeps its phase.
+        offset = relative_offset(move.offset_ms if move is not None else claim.origin_offset_ms(), epoch, period)
+        change = f"period {claim.period_ms:g} -> {period:g} ms, the period it shares with {shares}; " if relaid else ""
+        note = (f"{change}offset {claim.offset_ms:g} -> {offset:g} ms of {period:g} ms from epoch {epoch} "
                 f"({why})")
         conds = objects.set_condition(claim.conditions, RECONFIGURED, "True", RECONFIGURED, note, now_s)
         status.update({"offsetMs": offset, "epoch": epoch, "conditions": conds})
         if settings.events:
             after.append(Event(regarding(gang), RECONFIGURED, note))
-    if (lock or move is not None) and not claim.locked:
-        # The offset it was placed at stays: the gangs now contending for its links were fitted around it.
-        epoch, locked, transition = (epoch if move is not None else future), True, LOCKED
+    if (lock or move is not None or relaid) and not claim.locked:
+        # The phase it was placed at stays (the gangs now contending for its links were fitted around it),
+        # but not the offset: it is relative to the new epoch, which a period off the grid does not divide.
+        if move is None and not relaid:
+            epoch = future
+            offset = relative_offset(claim.origin_offset_ms(), epoch, period)
+            if offset != claim.offset_ms:
+                status["offsetMs"] = offset
+        locked, transition = True, LOCKED
         status.update({"locked": True, "epoch": epoch})
         if settings.events:
+            change = f"; period {claim.period_ms:g} -> {period:g} ms, the period it shares with {shares}" if (
+                relaid) else ""
             after.append(Event(regarding(gang), LOCKED,
                                f"a gang on its links could now collide with it: bursts aligned at offset "
-                               f"{offset:g} ms of {period:g} ms from epoch {epoch}"))
+                               f"{offset:g} ms of {period:g} ms from epoch {epoch}{change}"))
     elif unlock and claim.locked and move is None:
         locked, transition = False, UNLOCKED
         status["locked"] = False
