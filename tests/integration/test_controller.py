@@ -291,9 +291,10 @@ def lock_queue(cluster: Cluster) -> Iterator[str]:
         pass
 
 
-def lock_gang(cluster: Cluster, ns: str, name: str, queue: str) -> None:
-    cluster.k.create(kube.PODGROUPS, b.podgroup(ns, name, LOCK_MEMBERS, queue=queue, gpus=LOCK_GPUS), ns)
-    for p in b.gang_pods(ns, name, LOCK_MEMBERS, gpus=LOCK_GPUS):
+def lock_gang(cluster: Cluster, ns: str, name: str, queue: str, profile: dict | None = None) -> None:
+    cluster.k.create(kube.PODGROUPS, b.podgroup(ns, name, LOCK_MEMBERS, queue=queue, gpus=LOCK_GPUS,
+                                                profile=profile), ns)
+    for p in b.gang_pods(ns, name, LOCK_MEMBERS, gpus=LOCK_GPUS, profile=profile):
         cluster.k.create(kube.PODS, p, ns)
 
 
@@ -314,10 +315,10 @@ def follows_claim(cluster: Cluster, ns: str, gang: str, locked: bool) -> bool:
     return bool(pods) and all(not objects.gated_by_us(p) and timing(p) == claim_timing(claim) for p in pods)
 
 
-def assert_interleaved(a: dict, c: dict) -> None:
+def assert_interleaved(a: dict, c: dict, period_ms: float = PERIOD_MS) -> None:
     assert set(a["nodes"]) & set(c["nodes"]), "the fabric arithmetic is wrong: the gangs share no node"
-    gap = ((c["epoch"] + c["offsetMs"]) - (a["epoch"] + a["offsetMs"])) % PERIOD_MS
-    assert WINDOW_MS <= gap <= PERIOD_MS - WINDOW_MS, (a, c)
+    gap = ((c["epoch"] + c["offsetMs"]) - (a["epoch"] + a["offsetMs"])) % period_ms
+    assert WINDOW_MS <= gap <= period_ms - WINDOW_MS, (a, c)
 
 
 def delete_gang(cluster: Cluster, ns: str, gang: str) -> None:
@@ -358,6 +359,34 @@ def test_a_lone_gang_runs_free_is_locked_by_a_gang_sharing_its_nics_and_unlocked
     assert all(timing(p) == {api.PERIOD_MS: "200"} for p in gang_pods(cluster, ns, "a"))
     assert wait_until(lambda: regarding("Unlocked"), 10, "the Unlocked event") == ["a"]
     assert wait_until(lambda: ctl.metric("metronome_controller_unlocks_total"), 10, "the unlocks metric") == 1
+
+
+def test_identical_gangs_off_the_grid_are_locked_at_their_exact_period(
+        cluster: Cluster, tmp_path: pathlib.Path, controllers: list[ControllerProcess], lock_queue: str) -> None:
+    # 24 ms bursts every 190 ms: held to the grid's 200 ms a lock pads 10 ms per iteration each, more than the
+    # collisions it saves; at their exact period (38 slots, off the grid) it pads nothing, so it is taken.
+    profile = {"period_ms": 190, "windows": [{"start_ms": 166, "len_ms": 24, "gbps": 80}], "jitter_ms": 0}
+    cluster.nodes(3)
+    ns = cluster.namespace()
+    ctl = start_controller(cluster, tmp_path, controllers, ns)
+    lock_gang(cluster, ns, "a", lock_queue, profile)
+    wait_until(lambda: follows_claim(cluster, ns, "a", locked=False), 60, lambda: f"gang a placed free\n{ctl.logs()}")
+    assert claim_status(cluster, ns, "a")["periodMs"] == 200  # alone: free, on the grid
+    lock_gang(cluster, ns, "b", lock_queue, profile)
+    wait_until(lambda: follows_claim(cluster, ns, "b", locked=True) and follows_claim(cluster, ns, "a", locked=True),
+               60, lambda: f"gang b placed and gang a locked\n{ctl.logs()}")
+    a, c = claim_status(cluster, ns, "a"), claim_status(cluster, ns, "b")
+    assert a["periodMs"] == c["periodMs"] == 190
+    assert all(timing(p)[api.PERIOD_MS] == "190" for g in ("a", "b") for p in gang_pods(cluster, ns, g))
+    # 190 ms does not divide the lattice step (25,200 ms): the offsets are written relative to their epochs.
+    assert_interleaved(a, c, 190.0)
+    cluster.check_consistent(ns)
+
+    def notes() -> str:  # the Events go out after the pod writes (writer order): waited for
+        return " ".join(e.get("note", "") for e in cluster.k.list(kube.EVENTS, ns)["items"]
+                        if e["regarding"]["name"] == "a" and e["reason"] in ("Reconfigured", "Locked"))
+
+    assert "period 200 -> 190 ms" in wait_until(lambda: "period" in notes() and notes(), 10, "a's period event")
 
 
 @pytest.mark.parametrize("kill_after", [1, 2, 3])
