@@ -50,7 +50,12 @@ re-anchors once (at most a period, against a collision every iteration of the ne
 Otherwise it runs free, and so do its neighbours. Beside gangs whose periods do not divide its own
 on a contended link, no offset avoids collisions at the gang's grid snap, so each node set is also
 scored at its local snap (``_local``: the shortest grid period commensurate with theirs), taken only
-where the lock it then allows pays. With lock on demand, candidate node sets are
+where the lock it then allows pays. Where every gang on its contended links has the gang's own exact
+period (identical jobs: ``SlotGrid.exact``, no snapping beyond the slot), the gang is locked there
+instead, the free neighbours it locks re-laid with it (``_exact``, ``Decision.periods``), whenever that
+costs less per unit of time than the grid's choice and the hyperperiod stays within the cap; beside
+such periods a grid snap that would take the hyperperiod past the cap gives way to the shortest period
+that keeps it (``SlotGrid.fitting``). With lock on demand, candidate node sets are
 ranked by that expected cost first (padding where locked, collisions where free, nothing where no
 link is contended), then by locality and their rank in ``core.placement`` (binpack first, as
 Volcano's topology plugin would place the gang). ``Snapshot.unlockable`` names locked gangs left
