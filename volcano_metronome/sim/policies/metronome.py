@@ -97,7 +97,7 @@ class Metronome(SimPolicy):
             # Gangs locked now, and locked neighbours the lock re-arranged: each re-anchors on its new offset
             # (and, re-laid at the exact period it shares with this gang, on its new period).
             self._periods.extend(result.periods)
-            self.counts["exact_locks"] += int(bool(result.locked and result.periods or self._off_grid(result)))
+            self.counts["exact_locks"] += int(self._off_grid(result))
             rearranged = tuple(uid for uid, _ in result.relocations if uid not in result.locks)
             for uid in (*result.locks, *rearranged):
                 self._shifts.append((uid, self.snapshot.placed[uid].offset * self.snapshot.grid.slot_ms))
@@ -132,6 +132,7 @@ class Metronome(SimPolicy):
         return out
 
     def _off_grid(self, result: Decision) -> bool:
+        """Whether the gang is locked at a period off the grid (its exact period: ``core.decision._exact``)."""
         grid = self.snapshot.grid
         return result.locked and grid.max_hyperperiod_slots % int(round(result.period_ms / grid.slot_ms)) != 0
 
