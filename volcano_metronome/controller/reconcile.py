@@ -297,9 +297,7 @@ def _follow(gang: GangView, claim: ClaimView, move: Move | None, settings: Setti
     relaid = period_ms is not None and period_ms > 0 and period_ms != claim.period_ms
     if move is not None or relaid:
         if relaid:
-            assert period_ms is not None
-            period = period_ms
-            status["periodMs"] = period
+            period = status["periodMs"] = float(period_ms or period)
         epoch, locked = future, True
         # A move's offset is the core's (Unix-epoch relative); a gang re-laid in place keeps its phase.
         offset = relative_offset(move.offset_ms if move is not None else claim.origin_offset_ms(), epoch, period)

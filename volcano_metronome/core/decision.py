@@ -283,15 +283,15 @@ def _sharing(snapshot: Snapshot, gang: Gang, pattern: Pattern, cand: Candidate) 
     links, extra, near = _contended(snapshot, gang, pattern, cand.nodes, cand.members)
     if not near:
         return None
-    grid = snapshot.grid
-    for uid in near:
+    def relayable(uid: str) -> bool:  # free, on another period, and its own exact period is this one
         placed = snapshot.placed[uid]
-        if placed.pattern.slots != pattern.slots and (
-                placed.locked or grid.exact(placed.gang.profile.period_ms).slots != pattern.slots):
-            return None
+        return (not placed.locked and placed.pattern.slots != pattern.slots
+                and snapshot.grid.exact(placed.gang.profile.period_ms).slots == pattern.slots)
+
+    if not all(snapshot.placed[uid].pattern.slots == pattern.slots or relayable(uid) for uid in near):
+        return None
     closure = _unlocked_closure(snapshot, near, links, extra) or set()
-    return tuple(sorted(uid for uid in closure if snapshot.placed[uid].pattern.slots != pattern.slots
-                        and grid.exact(snapshot.placed[uid].gang.profile.period_ms).slots == pattern.slots))
+    return tuple(sorted(uid for uid in closure if relayable(uid)))
 
 
 @contextlib.contextmanager
