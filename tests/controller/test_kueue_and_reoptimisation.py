@@ -43,9 +43,18 @@ def test_workload_is_held_until_quota_then_released_ready_with_pod_set_updates()
     run(ctl)
     assert "admissionChecks" not in (f.obj(kube.WORKLOADS, NS, "job-a").get("status") or {})
     assert objects.condition_true(f.obj(kube.ADMISSION_CHECKS, None, "metronome"), "Active")
+    # Kueue lists our check as Pending as soon as it knows the ClusterQueue, before any reservation:
+    # still held, no claim (a Workload Kueue has not reserved quota for must hold no nodes).
+    current = f.obj(kube.WORKLOADS, NS, "job-a")
+    current["status"] = {"admissionChecks": [{"name": "metronome", "state": "Pending", "message": "",
+                                              "lastTransitionTime": "2025-01-01T00:00:00Z"}]}
+    f.put(kube.WORKLOADS, current)
+    run(ctl)
+    assert our_entry(f, "job-a")["state"] == "Pending"
+    assert f.get(kube.CLAIMS, NS, "workload-job-a") is None
 
     current = f.obj(kube.WORKLOADS, NS, "job-a")
-    current["status"] = b.quota_reserved_status("cq", 2)
+    current["status"] = {**b.quota_reserved_status("cq", 2), "admissionChecks": current["status"]["admissionChecks"]}
     f.put(kube.WORKLOADS, current)
     run(ctl)
     entry = our_entry(f, "job-a")

@@ -228,6 +228,14 @@ def test_kueue_workload_is_held_by_our_admission_check_and_released(
     wl = cluster.k.get(kube.WORKLOADS, ns, "wl")
     assert wl is not None and not (wl.get("status") or {}).get("admissionChecks")
     assert "workload-wl" not in cluster.claims(ns)
+    # What Kueue's workload controller does as soon as it knows the ClusterQueue, before any reservation:
+    # lists our check as Pending. Still held: no quota, no claim.
+    pending = {"name": check, "state": "Pending", "message": "", "lastTransitionTime": "2025-01-01T00:00:00Z"}
+    cluster.k.patch(kube.WORKLOADS, ns, "wl", {"status": {"admissionChecks": [pending]}}, subresource="status")
+    time.sleep(1.5)
+    wl = cluster.k.get(kube.WORKLOADS, ns, "wl")
+    assert wl is not None and wl["status"]["admissionChecks"][0]["state"] == "Pending"
+    assert "workload-wl" not in cluster.claims(ns)
     # What Kueue's scheduler does when it reserves quota:
     cluster.k.patch(kube.WORKLOADS, ns, "wl", {"status": b.quota_reserved_status(cq, 2)}, subresource="status")
 

@@ -324,8 +324,8 @@ def _waiting(key: GangKey, obj: Mapping[str, Any] | None, pods: Sequence[PodView
     if check is not None:
         if check.state in ("Ready", "Retry", "Rejected"):
             return f"admission check {check.name} is {check.state}"
-        if not check.quota_reserved and check.state is None:
-            return "waiting for Kueue to reserve quota"
+        if not check.quota_reserved:  # Kueue lists our check as Pending before it reserves quota; a check is
+            return "waiting for Kueue to reserve quota"  # run on a reservation (as Kueue's own checks are)
         return ""
     if not pods and key.kind == PODGROUP and obj is not None:
         # Decided now, before Volcano creates its pods: they are created placed. Unless its claim was released
