@@ -418,8 +418,10 @@ def score_offsets(snapshot: Snapshot, gang: Gang, pattern: Pattern, nodes: np.nd
     base = phasing.fold(snapshot.rows(links, period), period)
     cap = snapshot.topology.capacity_mbps[links]
     peak_load = base.max(axis=1)
-    fits = phasing.fits(peak_load, cap, mult, dilate(pattern.rates, pattern.guard_slots + policy.cushion_slots))
-    peak = phasing.peak_utilisation(peak_load, cap, mult, pattern.rates)
+    guarded = dilate(pattern.rates, pattern.guard_slots + policy.cushion_slots)
+    maxima = phasing.WindowMaxima.of(peak_load, phasing.longest_run(guarded, pattern.rates))
+    fits = phasing.fits(maxima, cap, mult, guarded)
+    peak = phasing.peak_utilisation(peak_load, maxima, cap, mult, pattern.rates)
     zeros = np.zeros(period)
     if not len(snapshot.contended(links, scaled(mult, int(pattern.rates.max())))):
         # The peaks fit together: no phase can overflow anything.

@@ -46,18 +46,48 @@ def fold(base: np.ndarray, period: int) -> np.ndarray:
     return base.reshape(links, hyper // period, period)
 
 
-def circular_window(values: np.ndarray, start: int, length: int, reduce: np.ufunc) -> np.ndarray:
-    """``out[..., o] = reduce(values[..., (start + o + j) % P] for j in range(length))`` for every ``o``.
+@dataclass(frozen=True)
+class WindowMaxima:
+    """Circular window maxima of ``values`` over its last axis, for every window up to ``longest`` slots.
 
-    Sparse-table doubling: ``log2(length)`` passes instead of ``length``.
+    A sparse table: ``levels[k][..., i]`` is the maximum over ``2**k`` slots from ``i`` of ``values``
+    repeated twice, built once in ``log2(longest)`` passes, so that every run of every pattern scored
+    against the same loads costs two gathers instead of passes of its own.
     """
-    period = values.shape[-1]
-    level, width = np.concatenate([values, values], axis=-1), 1
-    while width * 2 <= length:
-        level = reduce(level[..., :-width], level[..., width:])
-        width *= 2
-    idx = (start + np.arange(period)) % period
-    return np.asarray(reduce(level[..., idx], level[..., idx + length - width]))
+
+    levels: tuple[np.ndarray, ...]
+    period: int
+
+    @classmethod
+    def of(cls, values: np.ndarray, longest: int) -> WindowMaxima:
+        """The table for ``values`` (``(..., P)``) and windows of at most ``longest`` slots."""
+        period = values.shape[-1]
+        level, width = np.concatenate([values, values], axis=-1), 1
+        levels = [level]
+        while width * 2 <= longest:
+            level = np.maximum(level[..., :-width], level[..., width:])
+            levels.append(level)
+            width *= 2
+        return cls(tuple(levels), period)
+
+    def window(self, start: int, length: int) -> np.ndarray:
+        """``out[..., o] = max(values[..., (start + o + j) % P] for j in range(length))`` for every ``o``."""
+        k = length.bit_length() - 1
+        if not 0 <= k < len(self.levels):
+            raise ValueError(f"window of {length} slots: the table holds windows of 1 to "
+                             f"{2 ** len(self.levels) - 1} slots")
+        level, width, period = self.levels[k], 1 << k, self.period
+        start %= period
+        if start + length <= period + 1:  # every run of a pattern: two slices of the doubled table, no gather
+            tail = start + length - width
+            return np.asarray(np.maximum(level[..., start:start + period], level[..., tail:tail + period]))
+        idx = (start + np.arange(period)) % period
+        return np.asarray(np.maximum(level[..., idx], level[..., idx + length - width]))
+
+
+def longest_run(*patterns: np.ndarray) -> int:
+    """The longest run of constant non-zero rate in any of ``patterns`` (0 if all are silent)."""
+    return max((run.length for rates in patterns for run in runs(rates)), default=0)
 
 
 def circular_window_sum(values: np.ndarray, start: int, length: int) -> np.ndarray:
@@ -70,26 +100,24 @@ def circular_window_sum(values: np.ndarray, start: int, length: int) -> np.ndarr
     return np.asarray(csum[..., idx + length] - csum[..., idx])
 
 
-def fits(peak_load: np.ndarray, capacity: np.ndarray, multiplier: np.ndarray, guarded: np.ndarray) -> np.ndarray:
+def fits(maxima: WindowMaxima, capacity: np.ndarray, multiplier: np.ndarray, guarded: np.ndarray) -> np.ndarray:
     """Offsets at which the guarded pattern keeps every link within capacity in every slot.
 
-    ``peak_load`` is ``base`` folded and maxed over repetitions, ``(L, P)``.
+    ``maxima`` is over ``peak_load``: ``base`` folded and maxed over repetitions, ``(L, P)``.
     """
-    headroom = capacity[:, None] - peak_load
-    ok = np.ones(peak_load.shape[1], dtype=bool)
+    ok = np.ones(maxima.period, dtype=bool)
     for run in runs(guarded):
-        least = circular_window(headroom, run.start, run.length, np.minimum)
+        least = capacity[:, None] - maxima.window(run.start, run.length)  # the least headroom in the window
         ok &= (least >= scaled(multiplier, run.value)[:, None]).all(axis=0)
     return ok
 
 
-def peak_utilisation(peak_load: np.ndarray, capacity: np.ndarray, multiplier: np.ndarray,
+def peak_utilisation(peak_load: np.ndarray, maxima: WindowMaxima, capacity: np.ndarray, multiplier: np.ndarray,
                      rates: np.ndarray) -> np.ndarray:
-    """Highest load / capacity on any link in any slot, for every offset."""
-    util = peak_load / capacity[:, None]
-    out = np.full(peak_load.shape[1], float(util.max(initial=0.0)))
+    """Highest load / capacity on any link in any slot, for every offset (``maxima`` over ``peak_load``)."""
+    out = np.full(peak_load.shape[1], float((peak_load.max(axis=1, initial=0) / capacity).max(initial=0.0)))
     for run in runs(rates):
-        top = circular_window(peak_load, run.start, run.length, np.maximum)
+        top = maxima.window(run.start, run.length)
         np.maximum(out, ((top + scaled(multiplier, run.value)[:, None]) / capacity[:, None]).max(axis=0), out=out)
     return out
 
