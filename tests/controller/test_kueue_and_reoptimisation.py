@@ -70,6 +70,47 @@ def test_workload_is_held_until_quota_then_released_ready_with_pod_set_updates()
                                      api.PLACEMENT_CLAIM: "workload-job-a"}
 
 
+def test_a_workload_kueue_evicts_gives_its_nodes_back_and_is_decided_again_on_its_next_reservation() -> None:
+    f = kueue_cluster(nodes=2)
+    wl = b.workload(NS, "job-a", 2)
+    wl["status"] = b.quota_reserved_status("cq", 2)
+    f.put(kube.WORKLOADS, wl)
+    ctl = f.controller(NOW)
+    run(ctl)
+    assert our_entry(f, "job-a")["state"] == "Ready"
+    assert f.obj(kube.CLAIMS, NS, "workload-job-a")["status"]["nodes"] == ["n0", "n1"]
+    # Kueue preempts it: the reservation goes, our check is reset to Pending (what Kueue writes on eviction).
+    current = f.obj(kube.WORKLOADS, NS, "job-a")
+    current["status"] = {
+        "conditions": [{"type": "QuotaReserved", "status": "False", "reason": "Pending", "message": "evicted",
+                        "lastTransitionTime": "2025-01-01T00:00:01Z"},
+                       {"type": "Evicted", "status": "True", "reason": "Preempted", "message": "preempted",
+                        "lastTransitionTime": "2025-01-01T00:00:01Z"}],
+        "admissionChecks": [{"name": "metronome", "state": "Pending", "message": "",
+                             "lastTransitionTime": "2025-01-01T00:00:01Z"}]}
+    f.put(kube.WORKLOADS, current)
+    run(ctl)
+    claim = f.obj(kube.CLAIMS, NS, "workload-job-a")
+    placed = next(c for c in claim["status"]["conditions"] if c["type"] == "Placed")
+    assert claim["status"]["nodes"] == [] and placed["status"] == "False" and placed["reason"] == "Released"
+    assert "Kueue no longer reserves quota" in placed["message"]
+    assert our_entry(f, "job-a")["state"] == "Pending"  # not set Ready again without a reservation
+    assert any(e["reason"] == "Released" and "evicted" in e["note"] for e in f.events)
+    # Both nodes are free again: a Workload Kueue admits meanwhile gets them.
+    other = b.workload(NS, "job-b", 2)
+    other["status"] = b.quota_reserved_status("cq", 2)
+    f.put(kube.WORKLOADS, other)
+    run(ctl)
+    assert our_entry(f, "job-b")["state"] == "Ready"
+    assert f.obj(kube.CLAIMS, NS, "workload-job-b")["status"]["nodes"] == ["n0", "n1"]
+    # The evicted Workload's next reservation: decided again, and it waits (Retry) while job-b holds the nodes.
+    current = f.obj(kube.WORKLOADS, NS, "job-a")
+    current["status"] = {**b.quota_reserved_status("cq", 2), "admissionChecks": current["status"]["admissionChecks"]}
+    f.put(kube.WORKLOADS, current)
+    run(ctl)
+    assert our_entry(f, "job-a")["state"] == "Retry"
+
+
 def test_pods_of_an_admitted_job_follow_the_workload_claim() -> None:
     f = kueue_cluster()
     wl = b.workload(NS, "job-b-1234", 2)

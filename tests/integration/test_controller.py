@@ -252,6 +252,25 @@ def test_kueue_workload_is_held_by_our_admission_check_and_released(
     assert entry["podSetUpdates"][0]["annotations"] == {**claim_timing(claim), api.PLACEMENT_CLAIM: "workload-wl"}
     assert claim_timing(claim) == {api.PERIOD_MS: number_text(claim["status"]["periodMs"])}
 
+    # What Kueue writes when it evicts the Workload (preemption): no reservation, our check Pending again.
+    # The claim gives its nodes back; the check is not set Ready again until Kueue reserves quota again.
+    evicted = {"conditions": [
+        {"type": "QuotaReserved", "status": "False", "reason": "Pending", "message": "evicted",
+         "lastTransitionTime": "2025-01-01T00:00:01Z"},
+        {"type": "Evicted", "status": "True", "reason": "Preempted", "message": "preempted",
+         "lastTransitionTime": "2025-01-01T00:00:01Z"}],
+        "admission": None, "admissionChecks": [pending]}
+    cluster.k.patch(kube.WORKLOADS, ns, "wl", {"status": evicted}, subresource="status")
+    released = wait_until(lambda: (c := cluster.claims(ns)["workload-wl"]) and not c["status"].get("nodes") and c,
+                          30, lambda: f"the claim released\n{ctl.logs()}")
+    assert (objects.condition(released, "Placed") or {}).get("reason") == "Released"
+    time.sleep(1.5)
+    wl = cluster.k.get(kube.WORKLOADS, ns, "wl")
+    assert wl is not None and wl["status"]["admissionChecks"][0]["state"] == "Pending"
+    cluster.k.patch(kube.WORKLOADS, ns, "wl", {"status": b.quota_reserved_status(cq, 2)}, subresource="status")
+    wait_until(ready, 30, lambda: f"the check Ready again on the next reservation\n{ctl.logs()}")
+    assert objects.condition_true(cluster.claims(ns)["workload-wl"], "Placed")
+
 
 def test_a_kueue_workload_is_placed_on_its_resource_flavors_nodes(
         cluster: Cluster, tmp_path: pathlib.Path, controllers: list[ControllerProcess]) -> None:

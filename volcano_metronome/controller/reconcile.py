@@ -134,6 +134,8 @@ def plan(world: World, decided: Decided, settings: Settings, now_s: float,
             cacheable = False
         if gang.finished:
             w = _release(gang.claim, gang, now_s)
+        elif gang.placed and gang.unreserved:  # evicted, preempted or requeued by Kueue: its nodes go back
+            w = _release(gang.claim, gang, now_s, UNRESERVED, settings.events)
         elif (lost := vanished.loss(gang, live)) is not None:
             w = _redecide(gang, lost, settings, now_s)
         elif due is not None and due <= now_s:
@@ -524,13 +526,20 @@ def _time_out(gang: GangView, settings: Settings, now_s: float) -> GangWrites:
                       (), after, transition=TIMED_OUT)
 
 
-def _release(claim: ClaimView | None, gang: GangView | None, now_s: float) -> GangWrites:
+UNRESERVED = ("Kueue no longer reserves quota for its Workload (evicted, preempted or requeued): "
+              "decided again when Kueue reserves quota")
+
+
+def _release(claim: ClaimView | None, gang: GangView | None, now_s: float, why: str = "",
+             events: bool = False) -> GangWrites:
     if claim is None or not claim.placed:
         return GangWrites(str(gang.key) if gang else "")
     label = str(gang.key) if gang is not None else f"{claim.namespace}/{claim.name}"
     if gang is None and claim.ours:
         return GangWrites(label, (DeleteClaim(claim.namespace, claim.name, claim.resource_version),))
-    why = "the gang finished" if gang is not None else "the gang no longer exists"
-    conds = objects.set_condition(claim.conditions, PLACED, "False", RELEASED, f"links released: {why}", now_s)
+    why = why or ("the gang finished" if gang is not None else "the gang no longer exists")
+    message = f"links released: {why}"
+    conds = objects.set_condition(claim.conditions, PLACED, "False", RELEASED, message, now_s)
     status = {"nodes": [], "members": [], "links": [], "conditions": conds}
-    return GangWrites(label, (ClaimStatus(claim.namespace, claim.name, claim.resource_version, status),))
+    after = (Event(regarding(gang), RELEASED, message),) if events and gang is not None else ()
+    return GangWrites(label, (ClaimStatus(claim.namespace, claim.name, claim.resource_version, status),), (), after)

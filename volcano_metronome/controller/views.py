@@ -153,6 +153,11 @@ class GangView:
         return self.claim is not None and self.claim.placed
 
     @property
+    def unreserved(self) -> bool:
+        """A Workload under our AdmissionCheck whose quota Kueue does not (or no longer) reserve."""
+        return self.check is not None and not self.check.quota_reserved
+
+    @property
     def pending(self) -> bool:
         """Not placed, not finished, and everything needed for a decision is there."""
         return not self.placed and not self.finished and not self.waiting_for and self.profile is not None
