@@ -78,7 +78,7 @@ def test_a_scenario_s_figures_equal_those_of_simulate_on_its_yaml(quick, tmp_pat
 
 def test_the_grid_is_every_combination_of_its_axes_at_the_same_offered_load():
     cells = regimes.grid()
-    assert len(cells) == len({c.name for c in cells}) == 3 * 2 * 3
+    assert len(cells) == len({c.name for c in cells}) == 4 * 2 * 3
     for cell in cells:
         sim = parse_sim(yaml.safe_load(regimes.scenario_yaml(cell)), builtin())
         assert sim.generate is not None and sim.name == cell.name

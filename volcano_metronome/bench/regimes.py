@@ -11,7 +11,9 @@ Three axes, fixed before any run (docs/simulator.md, "Where the offsets pay: a r
 * **NIC speed**: 100 or 200 Gbps (compute is the same, so it sets the duty cycles).
 * **sharing**: half-node workers on one flat rack (``half-nodes.yaml``); partial-node gangs over
   four racks with 2:1 uplinks (``fragmented.yaml``); whole-node gangs over eight small racks with
-  4:1 uplinks (``multirack-4to1.yaml``).
+  4:1 uplinks (``multirack-4to1.yaml``); the same gangs over sixteen racks of two nodes with 4:1
+  uplinks (``thin-racks``, round 11), half a NIC each, slower than one gang's ring: every gang
+  that spans racks runs throttled by them even alone.
 
 Every scenario has its arrival rate set so that its offered GPU load (``sim.workload.offered_load``)
 is 3.0, the saturation of the contended examples (2.7 to 4.0). The figures, ratios, excess and
@@ -53,10 +55,10 @@ EXECUTIONS: dict[str, dict[str, Any]] = {
     "steady": {},
     "noisy": {"noise_cv": 0.02, "straggler_probability": 0.002, "straggler_slowdown": 2.0, "startup_s": [5, 30]},
 }
-SHARING = ("half-nodes", "fragmented", "multirack")
+SHARING = ("half-nodes", "fragmented", "multirack", "thin-racks")
 
 #: Jobs per scenario, sized for 10 to 25 s of CPU for four policies and one seed (quick: about 3 s).
-COUNT = {"half-nodes": 24, "fragmented": 60, "multirack": 40}
+COUNT = {"half-nodes": 24, "fragmented": 60, "multirack": 40, "thin-racks": 40}
 QUICK_COUNT, QUICK_ITERATIONS = 8, (100, 300)
 
 NO_HARM_KEYS = tuple(f"no_harm.{figure}_vs_{name}" for name, figure, _ in NO_HARM)
@@ -98,11 +100,14 @@ def _layout(cell: Cell) -> tuple[dict[str, Any], list[dict[str, int]], list[int]
                 [{"workers": 4, "gpus_per_worker": 2, "weight": 3}, {"workers": 4, "gpus_per_worker": 4, "weight": 3},
                  {"workers": 8, "gpus_per_worker": 2, "weight": 2}, {"workers": 8, "gpus_per_worker": 4, "weight": 2},
                  {"workers": 6, "gpus_per_worker": 3, "weight": 1}], [200, 600])
+    whole_nodes = [{"workers": 4, "gpus_per_worker": 8, "weight": 3}, {"workers": 6, "gpus_per_worker": 8, "weight": 3},
+                   {"workers": 8, "gpus_per_worker": 8, "weight": 2}, {"workers": 12, "gpus_per_worker": 8, "weight": 1}]
     if cell.sharing == "multirack":
         return ({"racks": 8, "nodes_per_rack": 4, "gpus_per_node": 8, "nic_gbps": nic, "uplink_gbps": nic},
-                [{"workers": 4, "gpus_per_worker": 8, "weight": 3}, {"workers": 6, "gpus_per_worker": 8, "weight": 3},
-                 {"workers": 8, "gpus_per_worker": 8, "weight": 2}, {"workers": 12, "gpus_per_worker": 8, "weight": 1}],
-                [200, 600])
+                whole_nodes, [200, 600])
+    if cell.sharing == "thin-racks":
+        return ({"racks": 16, "nodes_per_rack": 2, "gpus_per_node": 8, "nic_gbps": nic, "uplink_gbps": nic / 2},
+                whole_nodes, [200, 600])
     raise ValueError(f"sharing: got {cell.sharing!r}, expected one of {', '.join(SHARING)}")
 
 
