@@ -11,9 +11,9 @@ Three axes, fixed before any run (docs/simulator.md, "Where the offsets pay: a r
 * **NIC speed**: 100 or 200 Gbps (compute is the same, so it sets the duty cycles).
 * **sharing**: half-node workers on one flat rack (``half-nodes.yaml``); partial-node gangs over
   four racks with 2:1 uplinks (``fragmented.yaml``); whole-node gangs over eight small racks with
-  4:1 uplinks (``multirack-4to1.yaml``); the same gangs over sixteen racks of two nodes with 4:1
-  uplinks (``thin-racks``, round 11), half a NIC each, slower than one gang's ring: every gang
-  that spans racks runs throttled by them even alone.
+  4:1 uplinks (``multirack-4to1.yaml``); whole-node gangs of 3 to 6 nodes over sixteen racks of two
+  nodes with 4:1 uplinks (``thin-racks``, round 11), half a NIC each, slower than one gang's ring:
+  every gang that spans racks runs throttled by them even alone.
 
 Every scenario has its arrival rate set so that its offered GPU load (``sim.workload.offered_load``)
 is 3.0, the saturation of the contended examples (2.7 to 4.0). The figures, ratios, excess and
@@ -105,9 +105,11 @@ def _layout(cell: Cell) -> tuple[dict[str, Any], list[dict[str, int]], list[int]
     if cell.sharing == "multirack":
         return ({"racks": 8, "nodes_per_rack": 4, "gpus_per_node": 8, "nic_gbps": nic, "uplink_gbps": nic},
                 whole_nodes, [200, 600])
-    if cell.sharing == "thin-racks":
+    if cell.sharing == "thin-racks":  # odd sizes too: even ones alone tile racks of two, and nothing is shared
         return ({"racks": 16, "nodes_per_rack": 2, "gpus_per_node": 8, "nic_gbps": nic, "uplink_gbps": nic / 2},
-                whole_nodes, [200, 600])
+                [{"workers": 3, "gpus_per_worker": 8, "weight": 3}, {"workers": 4, "gpus_per_worker": 8, "weight": 3},
+                 {"workers": 5, "gpus_per_worker": 8, "weight": 2}, {"workers": 6, "gpus_per_worker": 8, "weight": 1}],
+                [200, 600])
     raise ValueError(f"sharing: got {cell.sharing!r}, expected one of {', '.join(SHARING)}")
 
 
