@@ -79,15 +79,23 @@ def test_a_workload_kueue_evicts_gives_its_nodes_back_and_is_decided_again_on_it
     run(ctl)
     assert our_entry(f, "job-a")["state"] == "Ready"
     assert f.obj(kube.CLAIMS, NS, "workload-job-a")["status"]["nodes"] == ["n0", "n1"]
-    # Kueue preempts it: the reservation goes, our check is reset to Pending (what Kueue writes on eviction).
+    # Kueue preempts it in two steps (what Kueue v0.18 writes): Evicted=True and our check reset to Pending while
+    # the reservation stays until the job has stopped; then QuotaReserved=False. The claim goes at the first.
+    evicted = {"type": "Evicted", "status": "True", "reason": "Preempted", "message": "preempted",
+               "lastTransitionTime": "2025-01-01T00:00:01Z"}
+    current = f.obj(kube.WORKLOADS, NS, "job-a")
+    current["status"]["conditions"] = [*current["status"]["conditions"], evicted]
+    current["status"]["admissionChecks"] = [{"name": "metronome", "state": "Pending", "message": "",
+                                             "lastTransitionTime": "2025-01-01T00:00:01Z"}]
+    f.put(kube.WORKLOADS, current)
+    run(ctl)
+    assert f.obj(kube.CLAIMS, NS, "workload-job-a")["status"]["nodes"] == []
+    assert our_entry(f, "job-a")["state"] == "Pending"  # not set Ready again while Kueue stops the job
     current = f.obj(kube.WORKLOADS, NS, "job-a")
     current["status"] = {
         "conditions": [{"type": "QuotaReserved", "status": "False", "reason": "Pending", "message": "evicted",
-                        "lastTransitionTime": "2025-01-01T00:00:01Z"},
-                       {"type": "Evicted", "status": "True", "reason": "Preempted", "message": "preempted",
-                        "lastTransitionTime": "2025-01-01T00:00:01Z"}],
-        "admissionChecks": [{"name": "metronome", "state": "Pending", "message": "",
-                             "lastTransitionTime": "2025-01-01T00:00:01Z"}]}
+                        "lastTransitionTime": "2025-01-01T00:00:02Z"}, evicted],
+        "admissionChecks": current["status"]["admissionChecks"]}
     f.put(kube.WORKLOADS, current)
     run(ctl)
     claim = f.obj(kube.CLAIMS, NS, "workload-job-a")

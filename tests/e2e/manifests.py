@@ -53,6 +53,30 @@ def kueue_setup(upstream: pathlib.Path, *, gpus: int) -> list[JSON]:
     return docs
 
 
+def kueue_preemption_setup(upstream: pathlib.Path, *, gpus: int, cluster_queue: str, local_queue: str) -> list[JSON]:
+    """``kueue_setup`` as a second pair of queues, for preemption: the ClusterQueue and LocalQueue renamed
+    ``cluster_queue`` / ``local_queue`` (the shared ``cluster-queue`` keeps its upstream behaviour) and the
+    ClusterQueue preempting ``withinClusterQueue: LowerPriority`` (what ``kueueviz-01-cluster-queues.yaml``
+    sets on its emergency queue); the ResourceFlavor is the same ``default-flavor``.
+    """
+    docs = kueue_setup(upstream, gpus=gpus)
+    for doc in docs:
+        if doc["kind"] == "ClusterQueue":
+            doc["metadata"]["name"] = cluster_queue
+            doc["spec"]["preemption"] = {"withinClusterQueue": "LowerPriority"}
+        elif doc["kind"] == "LocalQueue":
+            doc["metadata"]["name"] = local_queue
+            doc["spec"]["clusterQueue"] = cluster_queue
+    return docs
+
+
+def workload_priority_classes(upstream: pathlib.Path) -> dict[str, JSON]:
+    """``examples/kueue/kueueviz-07-workload-priority-classes.yaml``, by name (``long-term-research``: 1,
+    ``business-impacting``: 1000, ``human-critical``: 1000000). Unchanged."""
+    docs = _documents(upstream / "examples" / "kueue" / "kueueviz-07-workload-priority-classes.yaml")
+    return {doc["metadata"]["name"]: doc for doc in docs if doc["kind"] == "WorkloadPriorityClass"}
+
+
 def kueue_sample_job(upstream: pathlib.Path, *, gpus_per_pod: int) -> JSON:
     """``examples/kueue/sample-job.yaml`` (3 pods in parallel, queue ``user-queue``).
 

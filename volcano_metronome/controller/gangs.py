@@ -154,7 +154,9 @@ def workload_check(workload: Mapping[str, Any], our_checks: frozenset[str],
     """Our AdmissionCheck on a Workload: listed in its status, or required by its ClusterQueue."""
     status = workload.get("status") or {}
     entries = tuple(dict(e) for e in status.get("admissionChecks") or [])
-    quota = objects.condition_true(workload, "QuotaReserved")
+    # Kueue evicts in two steps: Evicted=True (our check reset to Pending) while the job stops, QuotaReserved=False
+    # once it has: the reservation is being taken away from the first.
+    quota = objects.condition_true(workload, "QuotaReserved") and not objects.condition_true(workload, "Evicted")
     pod_sets = tuple(dict(p) for p in (workload.get("spec") or {}).get("podSets") or [])
     for entry in entries:
         if entry.get("name") in our_checks:
