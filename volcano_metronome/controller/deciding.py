@@ -68,11 +68,7 @@ def snapshot(world: World, settings: Settings) -> tuple[Snapshot, list[str]]:
     warnings: list[str] = []
     for r in world.running():
         try:
-            nodes = world.topology.nodes_of(r.nodes)
-            offset = int(round(r.offset_ms / grid.slot_ms))
-            pattern = lay_out(r.gang.profile, grid, grid.held(r.gang.profile.period_ms, r.period_ms))
-            snap.assume(r.gang, nodes, np.array(r.members), offset, pattern, hold_gpus=False,
-                        locked=r.locked)
+            snap.assume_running(r)
         except InvalidInput as exc:
             warnings.append(f"running gang {r.gang.name}: {exc}; its traffic is not accounted for")
     return snap, warnings

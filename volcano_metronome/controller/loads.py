@@ -20,7 +20,6 @@ import numpy as np
 from volcano_metronome.controller.settings import Settings
 from volcano_metronome.controller.views import ClaimView, GangKey, World, running_gang
 from volcano_metronome.core.errors import InvalidInput
-from volcano_metronome.core.grid import lay_out
 from volcano_metronome.core.model import Running
 from volcano_metronome.core.snapshot import Snapshot
 from volcano_metronome.core.topology import Topology
@@ -140,7 +139,7 @@ class RunningLoads:
         if desired is None or owner is None:
             return
         try:
-            _assume(snap, desired)
+            snap.assume_running(desired)
         except InvalidInput as exc:
             self._failed[uid] = (owner, f"running gang {desired.gang.name}: {exc}; its traffic is not accounted for")
         else:
@@ -155,11 +154,3 @@ class RunningLoads:
                        for cid in sorted(self._by_uid[uid])[1:])
         return [message for _, message in sorted(out)]
 
-
-def _assume(snap: Snapshot, r: Running) -> None:
-    grid = snap.grid
-    nodes = snap.topology.nodes_of(r.nodes)
-    offset = int(round(r.offset_ms / grid.slot_ms))
-    pattern = lay_out(r.gang.profile, grid, grid.held(r.gang.profile.period_ms, r.period_ms))
-    snap.assume(r.gang, nodes, np.array(r.members), offset, pattern, hold_gpus=False,
-                locked=r.locked)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Sequence
 
 import numpy as np
@@ -40,6 +41,8 @@ def commit(snapshot: Snapshot, gang: Gang, decision: Decision) -> None:
             pattern = lay_out(placed.gang.profile, grid, grid.held(placed.gang.profile.period_ms, periods[uid]))
         snapshot.assume(placed.gang, placed.nodes, placed.members, offsets.get(uid, placed.offset), pattern,
                         placed.holds_gpus, locked=True)
+    if decision.profile is not None:  # throttled by a slow link on these nodes: planned as it runs there
+        gang = dataclasses.replace(gang, profile=decision.profile)
     pattern = lay_out(gang.profile, grid, grid.held(gang.profile.period_ms, decision.period_ms))
     snapshot.assume(gang, nodes, np.array(decision.members), decision.offset_slots, pattern, locked=decision.locked)
     for uid in decision.locks:

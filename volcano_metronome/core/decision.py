@@ -73,9 +73,11 @@ from typing import Iterator
 import numpy as np
 
 from volcano_metronome.core import phasing
+from volcano_metronome.core.bottleneck import as_run
 from volcano_metronome.core.grid import Pattern, SnappedPeriod, dilate, lay_out
 from volcano_metronome.core.model import Gang, Policy
-from volcano_metronome.core.placement import Candidate, candidates
+from volcano_metronome.core.placement import Candidate, Candidates, candidates
+from volcano_metronome.core.profile import Profile
 from volcano_metronome.core.snapshot import Snapshot
 from volcano_metronome.core.traffic import loaded_links, scaled
 
@@ -112,6 +114,9 @@ class Decision:
     # New periods (ms) of gangs of ``locks`` that the lock re-lays at the period they share with this gang
     # (``_exact``); their offsets (``relocations`` where moved, else their provisional ones) refer to it.
     periods: tuple[tuple[str, float], ...] = ()
+    # The profile it runs with on these nodes where a link is slower than its bursts (``core.bottleneck``): its
+    # period and offset refer to it. None: its own.
+    profile: Profile | None = None
 
 
 @dataclass(frozen=True)
@@ -177,7 +182,53 @@ def decide(snapshot: Snapshot, gang: Gang, policy: Policy, earliest: int = 0) ->
     ``earliest`` (slots after the epoch: the current time, in any form congruent modulo the gang's period;
     the absolute slot is right whichever period, grid, local or exact, the gang gets) breaks the last tie:
     the offset reached first counting from it wins.
+
+    Node sets on which the gang runs throttled by a slow link (``core.bottleneck``) are decided apart, with
+    the profile it runs with there; the throttled one is taken only where its expected cost plus the time
+    the throttle adds to every iteration is below the best unthrottled one's.
     """
+    free, admitted = _free_for(snapshot, gang)
+    found = candidates(snapshot.topology, free, snapshot.link_mean, gang, policy.max_candidates,
+                       secondary=not policy.lock_on_demand)
+    if not found.primary:
+        reason = found.reason
+        if admitted is not None:
+            reason += (f" (its pods' node selector, affinity and tolerations admit {admitted} of "
+                       f"{len(free)} nodes)")
+        return NoFit(gang.uid, reason)
+    groups: dict[Profile, list[Candidate]] = {}
+    for c in found.primary:
+        groups.setdefault(_run_as(snapshot, gang, c).profile, []).append(c)
+    best: tuple[float, Decision] | None = None
+    for profile, primary in sorted(groups.items(), key=lambda item: item[0].period_ms):
+        result = _decide_as(snapshot, dataclasses.replace(gang, profile=profile), policy, earliest,
+                            dataclasses.replace(found, primary=tuple(primary)), free, declared=gang)
+        if isinstance(result, NoFit):
+            continue
+        if profile != gang.profile:
+            result = dataclasses.replace(result, profile=profile)
+        rank = _per_slot(snapshot, result) + _throttle_per_slot(snapshot, gang.profile, result)
+        if best is None or rank < best[0] - 1e-12:
+            best = (rank, result)
+    # None fits as it would run: every node set planned with the declared profile, as before throttling was modelled.
+    return best[1] if best is not None else _decide_as(snapshot, gang, policy, earliest, found, free)
+
+
+def _run_as(snapshot: Snapshot, gang: Gang, cand: Candidate) -> Gang:
+    return as_run(gang, snapshot.topology, cand.nodes, cand.members, snapshot.grid.max_hyperperiod_ms)
+
+
+def _throttle_per_slot(snapshot: Snapshot, declared: Profile, d: Decision) -> float:
+    """What a slow link adds to every iteration (ms), per slot of time, as ``_per_slot`` counts costs."""
+    if d.profile is None:
+        return 0.0
+    return (d.profile.period_ms - declared.period_ms) / (d.period_ms / snapshot.grid.slot_ms)
+
+
+def _decide_as(snapshot: Snapshot, gang: Gang, policy: Policy, earliest: int, found: Candidates,
+               free: np.ndarray, declared: Gang | None = None) -> Decision | NoFit:
+    """``decide`` among the candidates of ``found`` with ``gang``'s profile as given: the one ``declared`` runs
+    with on the primary ones (the secondary ones kept only where it runs so too); every one when None."""
     period = snapshot.grid.snap(gang.profile.period_ms, "profile.period_ms")
     if math.lcm(snapshot.hyperperiod, period.slots) > snapshot.grid.max_hyperperiod_slots:
         # Exact periods present (off the grid): the grid snap would take the hyperperiod past the cap.
@@ -189,22 +240,15 @@ def decide(snapshot: Snapshot, gang: Gang, policy: Policy, earliest: int = 0) ->
                 f"({snapshot.hyperperiod} slots now); it fits once they leave"))
         period = fitting
     pattern = lay_out(gang.profile, snapshot.grid, period)
-    free, admitted = _free_for(snapshot, gang)
-    found = candidates(snapshot.topology, free, snapshot.link_mean, gang, policy.max_candidates,
-                       secondary=not policy.lock_on_demand)
-    if not found.primary:
-        reason = found.reason
-        if admitted is not None:
-            reason += (f" (its pods' node selector, affinity and tolerations admit {admitted} of "
-                       f"{len(free)} nodes)")
-        return NoFit(gang.uid, reason)
     scored = [s for c in found.primary if (s := _score(snapshot, gang, pattern, c, policy, earliest)) is not None]
     # Crossing more domains than needed is a worse placement than any contention it avoids (Volcano's
     # topology plugin would not do it either), so with lock on demand spanning candidates are a last resort.
     if not scored if policy.lock_on_demand else not any(s.feasible for s in scored):
+        secondary = found.secondary
         if policy.lock_on_demand:  # built only now: most decisions never need them
-            found = candidates(snapshot.topology, free, snapshot.link_mean, gang, policy.max_candidates)
-        scored += [s for c in found.secondary if (s := _score(snapshot, gang, pattern, c, policy, earliest)) is not None]
+            secondary = candidates(snapshot.topology, free, snapshot.link_mean, gang, policy.max_candidates).secondary
+        scored += [s for c in secondary if (declared is None or _run_as(snapshot, declared, c).profile == gang.profile)
+                   and (s := _score(snapshot, gang, pattern, c, policy, earliest)) is not None]
     if policy.lock_on_demand:
         scored += [s for g in scored if (s := _local(snapshot, gang, g, policy, earliest)) is not None]
     if not scored:

@@ -52,6 +52,18 @@ class Profile:
         return replace(self, period_ms=round(self.period_ms + half, 6),
                        windows=tuple(replace(w, start_ms=round(w.start_ms + half, 6)) for w in self.windows))
 
+    def throttled(self, gbps: float) -> "Profile":
+        """This profile where no worker can send faster than ``gbps``: a faster window moves the same volume
+        at ``gbps``, so it lasts longer and pushes the later windows and the period back by as much."""
+        if gbps >= self.peak_gbps:
+            return self
+        shift, windows = 0.0, []
+        for w in self.windows:
+            length = w.len_ms * w.gbps / gbps if w.gbps > gbps else w.len_ms
+            windows.append(Window(round(w.start_ms + shift, 6), round(length, 6), min(w.gbps, gbps)))
+            shift += length - w.len_ms
+        return replace(self, period_ms=round(self.period_ms + shift, 6), windows=tuple(windows))
+
     @property
     def duty_cycle(self) -> float:
         """Fraction of the period during which the gang communicates."""

@@ -20,9 +20,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from volcano_metronome.core.bottleneck import as_run
 from volcano_metronome.core.errors import InvalidInput
 from volcano_metronome.core.grid import Pattern, SlotGrid, SnappedPeriod, lay_out
-from volcano_metronome.core.model import ClusterState, Gang
+from volcano_metronome.core.model import ClusterState, Gang, Running
 from volcano_metronome.core.topology import Topology
 from volcano_metronome.core.traffic import loaded_links, scaled
 
@@ -70,23 +71,37 @@ class Snapshot:
     def build(cls, state: ClusterState, grid: SlotGrid) -> "Snapshot":
         """A snapshot of ``state``; running gangs' GPUs are already missing from ``state.free_gpus``."""
         snap = cls(state.topology, grid, np.array(state.free_gpus))
-        patterns, hyperperiod = [], 1
+        periods, hyperperiod = [], 1
         for r in state.running:
-            period = grid.held(r.gang.profile.period_ms, r.period_ms)
+            profile = snap.as_run(r).gang.profile
+            period = grid.held(profile.period_ms, r.period_ms)
             if math.lcm(hyperperiod, period.slots) > grid.max_hyperperiod_slots:
                 # Only past the invariant every decision keeps (a changed profile's new snap beside exact periods,
                 # a smaller cap): modelled at the nearest period that fits, the hyperperiod itself at worst.
-                period = grid.fitting(r.gang.profile.period_ms, hyperperiod) or SnappedPeriod(
-                    hyperperiod, r.gang.profile.period_ms, grid.slot_ms)
-            patterns.append(lay_out(r.gang.profile, grid, period))
+                period = grid.fitting(profile.period_ms, hyperperiod) or SnappedPeriod(
+                    hyperperiod, profile.period_ms, grid.slot_ms)
+            periods.append(period)
             hyperperiod = math.lcm(hyperperiod, period.slots)
         snap._grow(hyperperiod)
-        for running, pattern in zip(state.running, patterns):
-            nodes = state.topology.nodes_of(running.nodes)
-            offset = int(round(running.offset_ms / grid.slot_ms)) % pattern.slots
-            snap.assume(running.gang, nodes, np.array(running.members), offset, pattern, hold_gpus=False,
-                        locked=running.locked)
+        for running, period in zip(state.running, periods):
+            snap.assume_running(running, period)
         return snap
+
+    def as_run(self, r: Running) -> Running:
+        """``r`` with the profile its gang runs with on its nodes (``core.bottleneck``)."""
+        nodes = self.topology.nodes_of(r.nodes)
+        gang = as_run(r.gang, self.topology, nodes, np.array(r.members), self.grid.max_hyperperiod_ms)
+        return r if gang is r.gang else dataclasses.replace(r, gang=gang)
+
+    def assume_running(self, r: Running, period: SnappedPeriod | None = None) -> Placed:
+        """Account for a running gang (its GPUs already taken) as it runs on its nodes, at the period published
+        for it (or ``period``)."""
+        r = self.as_run(r)
+        profile = r.gang.profile
+        pattern = lay_out(profile, self.grid, period or self.grid.held(profile.period_ms, r.period_ms))
+        offset = int(round(r.offset_ms / self.grid.slot_ms)) % pattern.slots
+        return self.assume(r.gang, self.topology.nodes_of(r.nodes), np.array(r.members), offset, pattern,
+                           hold_gpus=False, locked=r.locked)
 
     def rows(self, links: np.ndarray, period: int) -> np.ndarray:
         """Current load of ``links`` over ``lcm(hyperperiod, period)`` slots, as int64."""
