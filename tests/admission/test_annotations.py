@@ -79,7 +79,7 @@ def test_claim_alone():
     ({api.PERIOD_MS: "nan", api.DUTY_CYCLE: "0.1", api.GBPS: "1"}, api.PERIOD_MS, "milliseconds"),
     ({api.PERIOD_MS: "1e999", api.DUTY_CYCLE: "0.1", api.GBPS: "1"}, api.PERIOD_MS, "milliseconds"),
     ({api.PERIOD_MS: "100", api.DUTY_CYCLE: "1.5", api.GBPS: "1"}, api.DUTY_CYCLE, "(0, 1]"),
-    ({api.PERIOD_MS: "100", api.DUTY_CYCLE: "0.5", api.GBPS: "2000"}, api.GBPS, "(0, 1600]"),
+    ({api.PERIOD_MS: "100", api.DUTY_CYCLE: "0.5", api.GBPS: "7000"}, api.GBPS, "(0, 6400]"),
     ({api.PERIOD_MS: "100", api.DUTY_CYCLE: "0.5"}, api.GBPS, "Gbps"),
     ({api.PERIOD_MS: "100", api.GBPS: "5"}, api.GBPS, api.DUTY_CYCLE),
     ({api.PERIOD_MS: "100"}, api.PERIOD_MS, api.WINDOWS),

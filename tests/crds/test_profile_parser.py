@@ -19,7 +19,7 @@ W = {"startMs": 0, "lenMs": 20, "gbps": 10}
 PROFILES: list[dict[str, Any]] = [
     {"periodMs": 100, "windows": [W]},
     {"periodMs": 100, "windows": [W], "jitterMs": 5},
-    {"periodMs": 100, "windows": [W, {"startMs": 50, "lenMs": 10, "gbps": 1600}]},
+    {"periodMs": 100, "windows": [W, {"startMs": 50, "lenMs": 10, "gbps": 6400}]},
     {"periodMs": 3600000, "windows": [W]},
     {"periodMs": 3600001, "windows": [W]},
     {"periodMs": 0, "windows": [W]},
@@ -29,7 +29,7 @@ PROFILES: list[dict[str, Any]] = [
     {"windows": [W]},
     {"periodMs": "100", "windows": [W]},
     {"periodMs": 100, "windows": [{**W, "gbps": 0}]},
-    {"periodMs": 100, "windows": [{**W, "gbps": 1601}]},
+    {"periodMs": 100, "windows": [{**W, "gbps": 6401}]},
     {"periodMs": 100, "windows": [{**W, "lenMs": 0}]},
     {"periodMs": 100, "windows": [{**W, "startMs": -1}]},
     {"periodMs": 100, "windows": [{"startMs": 0, "lenMs": 20}]},

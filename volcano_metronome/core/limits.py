@@ -15,8 +15,9 @@ from volcano_metronome.core.errors import InvalidInput
 if TYPE_CHECKING:
     from volcano_metronome.core.profile import Profile
 
-#: Largest rate any window may ask for; 1.6 Tbps is above every NIC sold today.
-MAX_GBPS = 1600.0
+#: Largest rate any window may ask for, per worker: a worker sends through every NIC of its GPUs (rails), so
+#: this is eight rails of 800 Gbps (6.4 Tbps), above every node sold today (a DGX H100 has eight of 400 Gbps).
+MAX_GBPS = 6400.0
 #: Longest period any profile may have before grid snapping (the hyperperiod cap bounds it further).
 MAX_PERIOD_MS = 3_600_000.0
 #: Most windows per period (the STBandwidthClaim CRD's maxItems, which bounds its CEL cost).
