@@ -189,7 +189,7 @@ def decide(snapshot: Snapshot, gang: Gang, policy: Policy, earliest: int = 0) ->
     """
     free, admitted = _free_for(snapshot, gang)
     found = candidates(snapshot.topology, free, snapshot.link_mean, gang, policy.max_candidates,
-                       secondary=not policy.lock_on_demand)
+                       secondary=not policy.lock_on_demand, busy=snapshot.gangs_on > 0)
     if not found.primary:
         reason = found.reason
         if admitted is not None:
@@ -246,7 +246,8 @@ def _decide_as(snapshot: Snapshot, gang: Gang, policy: Policy, earliest: int, fo
     if not scored if policy.lock_on_demand else not any(s.feasible for s in scored):
         secondary = found.secondary
         if policy.lock_on_demand:  # built only now: most decisions never need them
-            secondary = candidates(snapshot.topology, free, snapshot.link_mean, gang, policy.max_candidates).secondary
+            secondary = candidates(snapshot.topology, free, snapshot.link_mean, gang, policy.max_candidates,
+                                   busy=snapshot.gangs_on > 0).secondary
         scored += [s for c in secondary if (declared is None or _run_as(snapshot, declared, c).profile == gang.profile)
                    and (s := _score(snapshot, gang, pattern, c, policy, earliest)) is not None]
     if policy.lock_on_demand:

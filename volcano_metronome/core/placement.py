@@ -13,7 +13,9 @@ The bound on the work per decision is ``limit`` node sets (``Policy.max_candidat
    so ``core.decision`` takes one only where it scores strictly better (with lock on demand, the
    default: a strictly lower expected cost; without it, as between racks: fit, overflow, then a lower
    peak), and a tie keeps the binpack (round 7 of docs/simulator.md; a fill of the emptiest nodes taken whatever the
-   collisions fragmented partly used nodes and queued later gangs longer). Up to two *spanning*
+   collisions fragmented partly used nodes and queued later gangs longer). A domain that holds no gang
+   (``busy``) is offered only where the first, Volcano's, is untouched too: binpacking keeps such domains
+   whole for the gangs that need one (round 11). Up to two *spanning*
    candidates, which cross domains but use the least-loaded uplinks or NICs, are kept as
    *secondary*: ``core.decision`` scores them only as a last resort.
 3. If no domain can hold it, up to ``limit`` spanning candidates are primary, Volcano's first (the
@@ -75,9 +77,10 @@ def domain_load(topology: Topology, link_mean: np.ndarray, tier: int) -> np.ndar
 
 
 def candidates(topology: Topology, free_gpus: np.ndarray, link_mean: np.ndarray, gang: Gang,
-               limit: int, secondary: bool = True) -> Candidates:
+               limit: int, secondary: bool = True, busy: np.ndarray | None = None) -> Candidates:
     """Node sets worth scoring for ``gang`` (see the module docstring for the bound); without
-    ``secondary``, the spanning candidates kept in reserve are not built."""
+    ``secondary``, the spanning candidates kept in reserve are not built. ``busy`` marks the nodes that
+    hold a gang: an untouched domain is offered only where Volcano's binpack would open one too."""
     room = member_room(free_gpus, gang)
     if room.sum() < gang.size:
         usable = int((room > 0).sum())
@@ -101,6 +104,10 @@ def candidates(topology: Topology, free_gpus: np.ndarray, link_mean: np.ndarray,
         packed = _binpack_domains(domain, room, free_gpus, gang.size, room_for)
         if not packed:
             continue
+        if busy is not None and busy[domain == domain[packed[0][0]]].any():
+            # Binpacking keeps untouched domains whole for the gangs that need one: taking one for less
+            # contention now pushes a later gang across domains, where it collides on the uplinks instead.
+            packed = packed[:1] + [nodes for nodes in packed[1:] if busy[domain == domain[nodes[0]]].any()]
         binpacked = [make(nodes, 0) for nodes in packed]
         # The same domains' nodes, least-loaded NICs first: ranked after every binpack, so core.decision
         # takes one only where its expected collisions are strictly lower (same domain, same locality).

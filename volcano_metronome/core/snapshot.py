@@ -60,6 +60,8 @@ class Snapshot:
         self.link_mean = np.zeros(len(topology.links))
         # Sum of the peak rates of the gangs on each link: when it fits the capacity, no phase of theirs can collide.
         self.link_peaks = np.zeros(len(topology.links), dtype=np.int64)
+        # How many of the gangs it accounts for have members on each node (a rack where all are 0 holds none).
+        self.gangs_on = np.zeros(len(topology.nodes), dtype=np.int64)
         self.placed: dict[str, Placed] = {}
         self._link_gangs: dict[int, set[str]] = {}
         self._periods: dict[int, int] = {}  # pattern length in slots -> how many placed gangs have it
@@ -216,6 +218,7 @@ class Snapshot:
         self.fold()
 
     def _apply(self, placed: Placed, sign: int) -> None:
+        self.gangs_on[placed.nodes] += sign
         if not len(placed.links):
             return
         row = placed.row(self._wide.shape[1])
