@@ -101,3 +101,24 @@ def check_state(workload: Mapping[str, Any]) -> str | None:
     """The state of our AdmissionCheck on ``workload`` (Pending, Ready, Retry, Rejected), if listed."""
     entries = (workload.get("status") or {}).get("admissionChecks") or []
     return next((e.get("state") for e in entries if e.get("name") == manifests.CHECK_NAME), None)
+
+
+def held_then_ready_then_admitted(workloads: Any, name: str, logs: Callable[[], str]) -> tuple[Any, Any, Any]:
+    """The versions of Workload ``name`` that show it held, our check Ready, and admitted, in that order.
+
+    Held: quota reserved, not admitted, our check not Ready. Kueue's workload controller lists the check as
+    Pending as soon as it knows the ClusterQueue, but its scheduler may reserve quota first, and our Ready
+    (written only on a reservation) can then be the first state of the check the Workload shows. The
+    recorder's watch can trail the list that saw the Workload admitted: waited for, not assumed.
+    """
+    admitted = wait_until(lambda: workloads.first(lambda w: objects.condition_true(w, "Admitted"), name), 30,
+                          lambda: f"the admitted version of {name} recorded\n{logs()}")
+    held = workloads.first(lambda w: objects.condition_true(w, "QuotaReserved") and check_state(w) != "Ready"
+                           and not objects.condition_true(w, "Admitted"), name)
+    ready = workloads.first(lambda w: check_state(w) == "Ready", name)
+    versions = workloads.versions(name)
+    shown = [((w.get("status") or {}).get("conditions"), check_state(w)) for w in versions]
+    assert held is not None and ready is not None, shown
+    assert versions.index(held) < versions.index(ready) <= versions.index(admitted), shown
+    assert objects.condition_true(ready, "QuotaReserved") and objects.condition_true(admitted, "QuotaReserved")
+    return held, ready, admitted

@@ -17,7 +17,8 @@ import pytest
 
 from tests.admission.builders import trainer_jobsets
 from tests.controller.cluster import wait_until
-from tests.e2e.checks import assert_bound_as_decided, bound, check_state, created_gated, decided, set_up_kueue
+from tests.e2e.checks import (assert_bound_as_decided, bound, created_gated, decided,
+                             held_then_ready_then_admitted, set_up_kueue)
 from tests.e2e.history import History
 from tests.e2e.manifests import GPU_RESOURCE, LAYOUT
 from volcano_metronome import api, kube
@@ -75,12 +76,7 @@ def test_a_jobset_is_held_decided_as_one_gang_admitted_and_bound_in_rank_order(
     wl_name = objects.name(workload)
     assert [ps["name"] for ps in workload["spec"]["podSets"]] == ["leader", "workers"]
     assert objects.annotations_of(workload)[api.GANG_SIZE] == "3"
-    held = workloads.first(lambda w: check_state(w) == "Pending" and not objects.condition_true(w, "Admitted"), wl_name)
-    ready = workloads.first(lambda w: check_state(w) == "Ready", wl_name)
-    admitted = workloads.first(lambda w: objects.condition_true(w, "Admitted"), wl_name)
-    versions = workloads.versions(wl_name)
-    assert held is not None and ready is not None and admitted is not None
-    assert versions.index(held) < versions.index(ready) <= versions.index(admitted)
+    held_then_ready_then_admitted(workloads, wl_name, logs)
 
     claim_name = f"workload-{wl_name}"  # one gang, one claim, for both podSets
     claim = wait_until(lambda: claims.first(decided, claim_name), 90, lambda: f"claim {claim_name} placed\n{logs()}")

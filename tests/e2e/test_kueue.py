@@ -15,7 +15,8 @@ import pytest
 
 from tests.e2e import manifests
 from tests.e2e.manifests import LAYOUT
-from tests.e2e.checks import assert_bound_as_decided, bound, check_state, created_gated, decided, set_up_kueue
+from tests.e2e.checks import (assert_bound_as_decided, bound, created_gated, decided,
+                             held_then_ready_then_admitted, set_up_kueue)
 from tests.controller.cluster import wait_until
 from tests.e2e.history import History
 from volcano_metronome import api, kube
@@ -57,19 +58,7 @@ def test_sample_job_is_held_by_our_check_then_admitted_placed_bound_and_timed(
     wl_name = objects.name(workload)
     assert objects.annotations_of(workload)[api.GANG_SIZE] == "3"  # our webhook, on Kueue's Workload
 
-    # Held: quota reserved and the Workload not admitted while our check is not Ready; then our check Ready
-    # (written only on a reservation); only then Admitted. Kueue's workload controller lists the check as
-    # Pending as soon as it knows the ClusterQueue, but its scheduler may reserve quota first: our Ready
-    # can then be the first state of the check the Workload shows, so "held" does not require Pending.
-    held = workloads.first(lambda w: objects.condition_true(w, "QuotaReserved") and check_state(w) != "Ready"
-                           and not objects.condition_true(w, "Admitted"), wl_name)
-    assert held is not None, [((w.get("status") or {}).get("conditions"), check_state(w)) for w in workloads.versions(wl_name)]
-    ready = workloads.first(lambda w: check_state(w) == "Ready", wl_name)
-    admitted = workloads.first(lambda w: objects.condition_true(w, "Admitted"), wl_name)
-    versions = workloads.versions(wl_name)
-    assert ready is not None and admitted is not None
-    assert versions.index(held) < versions.index(ready) <= versions.index(admitted)
-    assert objects.condition_true(ready, "QuotaReserved") and objects.condition_true(admitted, "QuotaReserved")
+    _, ready, admitted = held_then_ready_then_admitted(workloads, wl_name, logs)
 
     # The decision, as recorded before the job finished (kwok completes a Job's pods at once, and
     # the claim is then released).

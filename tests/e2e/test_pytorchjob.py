@@ -21,7 +21,8 @@ import pytest
 import yaml
 
 from tests.controller.cluster import wait_until
-from tests.e2e.checks import assert_bound_as_decided, bound, check_state, created_gated, decided, running, set_up_kueue
+from tests.e2e.checks import (assert_bound_as_decided, bound, created_gated, decided,
+                             held_then_ready_then_admitted, running, set_up_kueue)
 from tests.e2e.history import History
 from tests.e2e.manifests import GPU_RESOURCE, LAYOUT
 from volcano_metronome import api, kube
@@ -121,12 +122,7 @@ def test_a_pytorchjob_through_kueue_is_held_decided_as_one_gang_and_bound_in_ran
     wl_name = objects.name(workload)
     assert sorted(ps["name"] for ps in workload["spec"]["podSets"]) == ["master", "worker"]
     assert objects.annotations_of(workload)[api.GANG_SIZE] == "3"
-    held = workloads.first(lambda w: check_state(w) == "Pending" and not objects.condition_true(w, "Admitted"), wl_name)
-    ready = workloads.first(lambda w: check_state(w) == "Ready", wl_name)
-    admitted = workloads.first(lambda w: objects.condition_true(w, "Admitted"), wl_name)
-    versions = workloads.versions(wl_name)
-    assert held is not None and ready is not None and admitted is not None
-    assert versions.index(held) < versions.index(ready) <= versions.index(admitted)
+    held_then_ready_then_admitted(workloads, wl_name, logs)
 
     def job_pods() -> list[dict[str, Any]]:
         return list(k.list(kube.PODS, namespace, label_selector=f"{api.KUBEFLOW_JOB_NAME_LABEL}={name}")["items"])
