@@ -73,7 +73,6 @@ from typing import Iterator
 import numpy as np
 
 from volcano_metronome.core import phasing
-from volcano_metronome.core.bottleneck import as_run
 from volcano_metronome.core.grid import Pattern, SnappedPeriod, dilate, lay_out
 from volcano_metronome.core.model import Gang, Policy
 from volcano_metronome.core.placement import Candidate, Candidates, candidates
@@ -198,7 +197,7 @@ def decide(snapshot: Snapshot, gang: Gang, policy: Policy, earliest: int = 0) ->
         return NoFit(gang.uid, reason)
     groups: dict[Profile, list[Candidate]] = {}
     for c in found.primary:
-        groups.setdefault(_run_as(snapshot, gang, c).profile, []).append(c)
+        groups.setdefault(snapshot.as_run(gang, c.nodes, c.members).profile, []).append(c)
     best: tuple[float, Decision] | None = None
     for profile, primary in sorted(groups.items(), key=lambda item: item[0].period_ms):
         result = _decide_as(snapshot, dataclasses.replace(gang, profile=profile), policy, earliest,
@@ -212,10 +211,6 @@ def decide(snapshot: Snapshot, gang: Gang, policy: Policy, earliest: int = 0) ->
             best = (rank, result)
     # None fits as it would run: every node set planned with the declared profile, as before throttling was modelled.
     return best[1] if best is not None else _decide_as(snapshot, gang, policy, earliest, found, free)
-
-
-def _run_as(snapshot: Snapshot, gang: Gang, cand: Candidate) -> Gang:
-    return as_run(gang, snapshot.topology, cand.nodes, cand.members, snapshot.grid.max_hyperperiod_ms)
 
 
 def _throttle_per_slot(snapshot: Snapshot, declared: Profile, d: Decision) -> float:
@@ -248,8 +243,10 @@ def _decide_as(snapshot: Snapshot, gang: Gang, policy: Policy, earliest: int, fo
         if policy.lock_on_demand:  # built only now: most decisions never need them
             secondary = candidates(snapshot.topology, free, snapshot.link_mean, gang, policy.max_candidates,
                                    busy=snapshot.gangs_on > 0).secondary
-        scored += [s for c in secondary if (declared is None or _run_as(snapshot, declared, c).profile == gang.profile)
-                   and (s := _score(snapshot, gang, pattern, c, policy, earliest)) is not None]
+        if declared is not None:  # only the node sets on which the declared gang runs with this group's profile
+            secondary = tuple(c for c in secondary
+                              if snapshot.as_run(declared, c.nodes, c.members).profile == gang.profile)
+        scored += [s for c in secondary if (s := _score(snapshot, gang, pattern, c, policy, earliest)) is not None]
     if policy.lock_on_demand:
         scored += [s for g in scored if (s := _local(snapshot, gang, g, policy, earliest)) is not None]
     if not scored:

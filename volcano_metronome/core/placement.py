@@ -104,10 +104,11 @@ def candidates(topology: Topology, free_gpus: np.ndarray, link_mean: np.ndarray,
         packed = _binpack_domains(domain, room, free_gpus, gang.size, room_for)
         if not packed:
             continue
-        if busy is not None and busy[domain == domain[packed[0][0]]].any():
+        held = np.bincount(domain, weights=busy, minlength=int(domain.max()) + 1) > 0 if busy is not None else None
+        if held is not None and held[domain[packed[0][0]]]:
             # Binpacking keeps untouched domains whole for the gangs that need one: taking one for less
             # contention now pushes a later gang across domains, where it collides on the uplinks instead.
-            packed = packed[:1] + [nodes for nodes in packed[1:] if busy[domain == domain[nodes[0]]].any()]
+            packed = packed[:1] + [nodes for nodes in packed[1:] if held[domain[nodes[0]]]]
         binpacked = [make(nodes, 0) for nodes in packed]
         # The same domains' nodes, least-loaded NICs first: ranked after every binpack, so core.decision
         # takes one only where its expected collisions are strictly lower (same domain, same locality).

@@ -75,7 +75,7 @@ class Snapshot:
         snap = cls(state.topology, grid, np.array(state.free_gpus))
         periods, hyperperiod = [], 1
         for r in state.running:
-            profile = snap.as_run(r).gang.profile
+            profile = snap.as_run(r.gang, state.topology.nodes_of(r.nodes), np.array(r.members)).profile
             period = grid.held(profile.period_ms, r.period_ms)
             if math.lcm(hyperperiod, period.slots) > grid.max_hyperperiod_slots:
                 # Only past the invariant every decision keeps (a changed profile's new snap beside exact periods,
@@ -89,21 +89,18 @@ class Snapshot:
             snap.assume_running(running, period)
         return snap
 
-    def as_run(self, r: Running) -> Running:
-        """``r`` with the profile its gang runs with on its nodes (``core.bottleneck``)."""
-        nodes = self.topology.nodes_of(r.nodes)
-        gang = as_run(r.gang, self.topology, nodes, np.array(r.members), self.grid.max_hyperperiod_ms)
-        return r if gang is r.gang else dataclasses.replace(r, gang=gang)
+    def as_run(self, gang: Gang, nodes: np.ndarray, members: np.ndarray | None) -> Gang:
+        """``gang`` with the profile it runs with on ``nodes`` (``core.bottleneck``), within this grid's cap."""
+        return as_run(gang, self.topology, nodes, members, self.grid.max_hyperperiod_ms)
 
     def assume_running(self, r: Running, period: SnappedPeriod | None = None) -> Placed:
         """Account for a running gang (its GPUs already taken) as it runs on its nodes, at the period published
         for it (or ``period``)."""
-        r = self.as_run(r)
-        profile = r.gang.profile
-        pattern = lay_out(profile, self.grid, period or self.grid.held(profile.period_ms, r.period_ms))
+        nodes, members = self.topology.nodes_of(r.nodes), np.array(r.members)
+        gang = self.as_run(r.gang, nodes, members)
+        pattern = lay_out(gang.profile, self.grid, period or self.grid.held(gang.profile.period_ms, r.period_ms))
         offset = int(round(r.offset_ms / self.grid.slot_ms)) % pattern.slots
-        return self.assume(r.gang, self.topology.nodes_of(r.nodes), np.array(r.members), offset, pattern,
-                           hold_gpus=False, locked=r.locked)
+        return self.assume(gang, nodes, members, offset, pattern, hold_gpus=False, locked=r.locked)
 
     def rows(self, links: np.ndarray, period: int) -> np.ndarray:
         """Current load of ``links`` over ``lcm(hyperperiod, period)`` slots, as int64."""
