@@ -12,6 +12,7 @@ BENCHMARKS = {
     "controller": "gangs ungated per second against a real kube-apiserver",
     "pipeline": "submission to bound, Volcano or Kueue alone and with metronome, on the local stack",
     "regimes": "a grid of generated scenarios: where metronome's offsets pay, and do-no-harm on each",
+    "fuzz": "random generated scenarios: crashes, and do-no-harm on each",
 }
 
 

@@ -1,0 +1,307 @@
+"""``python -m volcano_metronome.bench fuzz [--start S] [--count N] [--seeds K] [--execution ...]``: random scenarios.
+
+A crash hunt and a do-no-harm check on scenarios nobody chose. Scenario ``i`` is drawn by
+``random.Random(i)`` alone (``scenario(i)``), in the ordinary scenario format (a ``generate:``
+block, nothing new), and run through the simulator's own path (``sim.runner.simulate``, what
+``volcano-metronome simulate`` runs) under the regime map's four policies (``regimes.POLICIES``);
+issue 12's do-no-harm targets are judged on every seed with ``regimes.verdicts``. The regime map
+asks where the offsets pay on a grid chosen beforehand; this asks what breaks, or loses, where no
+one looked. A hand-run prototype of this generator found three bugs: a per-worker rate cap that
+refused a DGX H100 scenario (eight 400 Gbps NICs per node), gangs on links slower than their bursts
+never locking, and alternative racks that opened untouched racks later gangs needed.
+
+A scenario that raises, in the parser (the generator wrote an invalid scenario) or in the simulator,
+is recorded with its traceback and the run goes on; the process exits 1 if any did, so it can gate.
+The figures are not targets: random scenarios, usually one seed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import pathlib
+import random
+import sys
+import time
+import traceback
+from typing import Any, Mapping, Sequence
+
+import yaml
+
+from volcano_metronome.bench.regimes import NO_HARM_KEYS, POLICIES, _f, verdicts
+from volcano_metronome.catalog import builtin
+from volcano_metronome.catalog.models import ALL_TO_ALL_MODELS, MODELS
+from volcano_metronome.sim.report import SHARED_EXCESS
+from volcano_metronome.sim.runner import simulate
+from volcano_metronome.sim.workload import offered_load, parse_sim
+
+#: The catalog's models in the order it defines them (``Catalog.names()`` sorts): ``rng.sample``
+#: draws from this sequence, so its order is part of every scenario. A model added to the catalog
+#: changes the mixes of the scenarios drawn after it (the test of scenario 211 then fails: on purpose).
+MODEL_NAMES: tuple[str, ...] = tuple(e.name for e in (*MODELS, *ALL_TO_ALL_MODELS))
+
+EXECUTIONS = ("any", "steady", "noisy")
+QUICK_SCENARIOS, QUICK_COUNT, QUICK_ITERATIONS = 2, 8, [20, 50]
+DEFAULT_COUNT = 20
+
+
+def scenario(index: int, execution: str = "any") -> dict[str, Any]:
+    """Scenario ``index``: the mapping ``simulate`` reads, a pure function of ``index`` (and ``execution``).
+
+    Every draw comes from ``random.Random(index)``, in the same order whatever ``execution`` is, so
+    the topology, mix, shapes and arrivals of a scenario are the same under ``any``, ``steady`` and
+    ``noisy``; only the execution block differs (``_execution``).
+    """
+    if execution not in EXECUTIONS:
+        raise ValueError(f"execution: got {execution!r}, expected one of {', '.join(EXECUTIONS)}")
+    rng = random.Random(index)
+    racks, npr, gpn = rng.choice([2, 4, 8]), rng.choice([2, 4, 8]), rng.choice([4, 8, 8])
+    nic = rng.choice([25, 50, 100, 200, 400])
+    # Several NICs only on 8-GPU nodes (DGX-like); no draw otherwise, as the prototype did.
+    nics = rng.choice([1, 1, 2, 4, 8]) if gpn == 8 else 1
+    over = rng.choice([2, 4, 4])
+    topology: dict[str, Any] = {"racks": racks, "nodes_per_rack": npr, "gpus_per_node": gpn, "nic_gbps": nic,
+                                "uplink_gbps": nic * nics * npr / over}
+    if nics > 1:
+        topology["nics_per_node"] = nics
+    if rng.random() < 0.5:
+        topology["gpu"] = rng.choice(["a100", "h100"])
+        topology["mfu"] = rng.choice([0.3, 0.4, 0.5])
+    block = _execution(rng, index, execution)
+    total = racks * npr * gpn
+    shapes = []
+    for _ in range(rng.randint(1, 4)):
+        gpus = rng.choice([g for g in (1, 2, 4, 8) if g <= gpn])
+        workers = rng.choice([2, 3, 4, 6, 8, 12, 16])
+        while workers * gpus > total:  # halve until the gang fits the cluster (the parser refuses it otherwise)
+            workers = max(1, workers // 2)
+        shapes.append({"workers": workers, "gpus_per_worker": gpus, "weight": rng.randint(1, 5)})
+    mix = {m: rng.randint(1, 3) for m in rng.sample(MODEL_NAMES, rng.randint(1, 5))}
+    priorities = rng.choice([{0: 1}, {1000: 20, 500: 30, 0: 50}, {10: 1, 0: 1}])
+    count = rng.choice([40, 60, 80])
+    rate = rng.choice([10, 20, 40, 80])
+    data: dict[str, Any] = {
+        "name": f"fuzz-{index}" + ("" if execution == "any" else f"-{execution}"),
+        "seeds": 1, "slot_ms": 5, "topology": topology,
+        "policy": {"ordering": rng.choice(["StrictPriority", "FIFO", "StrictPriority"])},
+        "generate": {"count": count, "seed": rng.randint(0, 10**6),
+                     "arrival": {"process": "poisson", "rate_per_min": rate},
+                     "mix": mix, "shapes": shapes, "iterations": [rng.choice([50, 200]), rng.choice([300, 800])],
+                     "priorities": priorities}}
+    if block:
+        data["execution"] = block
+    return data
+
+
+def _execution(rng: random.Random, index: int, execution: str) -> dict[str, Any]:
+    """The execution block: drawn from ``rng`` by the same calls under every ``execution``.
+
+    ``any`` keeps the draw (empty in about one scenario of seven), ``steady`` drops it, ``noisy`` keeps it and,
+    where it left the noise out, adds noise drawn by the same choices from a second generator seeded
+    by the index (``random.Random(f"fuzz-noise-{index}")``), so ``rng`` is not advanced and the draws
+    after this one (shapes, mix, arrivals) stay those of ``any``.
+    """
+    block: dict[str, Any] = {}
+    if rng.random() < 0.5:
+        block["overlap"] = True
+    if rng.random() < 0.5:
+        block.update(_noise(rng))
+    if rng.random() < 0.4:
+        block["startup_s"] = [rng.choice([0, 5]), rng.choice([10, 30])]
+    if execution == "steady":
+        return {}
+    if execution == "noisy" and "noise_cv" not in block:
+        block.update(_noise(random.Random(f"fuzz-noise-{index}")))
+    return block
+
+
+def _noise(rng: random.Random) -> dict[str, Any]:
+    return {"noise_cv": rng.choice([0.01, 0.02, 0.05]), "straggler_probability": rng.choice([0, 0.002, 0.01]),
+            "straggler_slowdown": rng.choice([1.5, 2.0])}
+
+
+def quick(data: Mapping[str, Any]) -> dict[str, Any]:
+    """The scenario shrunk for a test: ``QUICK_COUNT`` jobs of ``QUICK_ITERATIONS``, everything else drawn as is."""
+    generate = {**data["generate"], "count": QUICK_COUNT, "iterations": list(QUICK_ITERATIONS)}
+    return {**data, "name": f"{data['name']}-quick", "generate": generate}
+
+
+def scenario_yaml(data: Mapping[str, Any]) -> str:
+    """The scenario as a YAML file ``volcano-metronome simulate FILE`` reproduces."""
+    return "# python -m volcano_metronome.bench fuzz\n" + yaml.safe_dump(
+        dict(data), sort_keys=False, default_flow_style=None, width=120)
+
+
+def topology_summary(topology: Mapping[str, Any]) -> str:
+    """``racks x nodes x GPUs``, NIC speed (x NICs per node), uplink oversubscription, named GPU at MFU."""
+    nics = topology.get("nics_per_node", 1)
+    over = topology["nic_gbps"] * nics * topology["nodes_per_rack"] / topology["uplink_gbps"]
+    text = (f"{topology['racks']}x{topology['nodes_per_rack']}x{topology['gpus_per_node']} {topology['nic_gbps']}G"
+            + (f"x{nics}" if nics > 1 else "") + f" {over:g}:1")
+    return text + (f" {topology['gpu']}@{topology['mfu']:g}" if "gpu" in topology else "")
+
+
+def execution_summary(block: Mapping[str, Any] | None) -> str:
+    """``steady``, or the execution block's flags: overlap, noise (its cv), strag(glers), start(-up delay)."""
+    if not block:
+        return "steady"
+    flags = ["overlap"] if block.get("overlap") else []
+    if block.get("noise_cv"):
+        flags.append(f"noise{block['noise_cv']:g}")
+    if block.get("straggler_probability"):
+        flags.append("strag")
+    if block.get("startup_s"):
+        flags.append("start")
+    return "+".join(flags) or "steady"
+
+
+def run_one(index: int, seeds: int, execution: str = "any", small: bool = False) -> dict[str, Any]:
+    """Generate, parse and simulate scenario ``index``: its row, or a crash record (never raises)."""
+    started = time.process_time()
+    data: dict[str, Any] | None = None
+    stage = "generate"
+    try:
+        data = scenario(index, execution)
+        if small:
+            data = quick(data)
+        stage = "parse"  # a refusal here is the generator's bug: it wrote a scenario the format rejects
+        sim = parse_sim(data, builtin())
+        assert sim.generate is not None
+        load = offered_load(sim.generate, sim.scenario, sim.execution.overlap)
+        stage = "simulate"
+        report, _ = simulate(sim, POLICIES, list(range(seeds)))
+        return row(index, data, report, load, time.process_time() - started)
+    except Exception as exc:  # a crash is what this command hunts: record it and go on
+        return {"index": index, "scenario": data["name"] if data else f"fuzz-{index}", "stage": stage,
+                "error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()[-1500:],
+                "cpu_s": round(time.process_time() - started, 1)}
+
+
+def row(index: int, data: Mapping[str, Any], report: Mapping[str, Any], load: float, cpu_s: float) -> dict[str, Any]:
+    """One scenario's entry: what was drawn, every policy's figures, do-no-harm ratios (worst seed) and verdicts."""
+    policies = report["policies"]
+    targets = verdicts(report)
+    excess = policies["volcano-topology"]["contention_excess"]
+    return {
+        "index": index,
+        "scenario": data["name"],
+        "topology": topology_summary(data["topology"]),
+        "execution": execution_summary(data.get("execution")),
+        "models": sorted(data["generate"]["mix"]),
+        "jobs": data["generate"]["count"],
+        "offered_load": round(load, 3),
+        "seeds": list(report["seeds"]),
+        "policies": {name: {k: f.get(k) for k in ("avg_jct_s", "p99_jct_s", "contention_excess")}
+                     for name, f in policies.items()},
+        "volcano_topology_contention_excess": excess,
+        "contended": excess >= SHARED_EXCESS,
+        "ratios": {key: targets[key]["value"] for key in NO_HARM_KEYS},
+        "met": {key: targets[key]["met"] for key in NO_HARM_KEYS},
+        "worst_seed": {key: targets[key]["worst_seed"] for key in NO_HARM_KEYS},
+        "placed_locked": policies["metronome"].get("placed_locked"),
+        "cpu_s": round(cpu_s, 1),
+    }
+
+
+def summary(rows: Sequence[Mapping[str, Any]], crashes: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Scenarios, crashes, met / missed and the worst value (with its index) per do-no-harm target, the misses."""
+    counts: dict[str, dict[str, int]] = {}
+    worst: dict[str, dict[str, Any]] = {}
+    for key in NO_HARM_KEYS:
+        counts[key] = {"met": sum(1 for r in rows if r["met"][key]), "missed": sum(1 for r in rows if not r["met"][key])}
+        known = [r for r in rows if r["ratios"][key] is not None]
+        w = max(known, key=lambda r: float(r["ratios"][key]), default=None)
+        worst[key] = ({"value": w["ratios"][key], "index": w["index"], "seed": w["worst_seed"][key]} if w
+                      else {"value": None, "index": None, "seed": None})
+    misses = [{"index": r["index"], "scenario": r["scenario"], "target": key, "value": r["ratios"][key],
+               "seed": r["worst_seed"][key]} for r in rows for key in NO_HARM_KEYS if not r["met"][key]]
+    return {"scenarios": len(rows) + len(crashes), "crashes": len(crashes),
+            "crashed": [c["index"] for c in crashes], "counts": counts, "worst": worst, "no_harm_misses": misses,
+            "contended": sum(1 for r in rows if r["contended"]),
+            "cpu_s": round(sum(r["cpu_s"] for r in (*rows, *crashes)), 1)}
+
+
+def table(rows: Sequence[Mapping[str, Any]], crashes: Sequence[Mapping[str, Any]], summ: Mapping[str, Any]) -> str:
+    """One screen: a line per scenario (or crash), then the summary."""
+    head = (f"{'idx':>5}  {'topology':<26}{'execution':<30}{'VT exc':>7}{'m/VT':>7}{'m/free':>7}{'m/cas':>7}"
+            f"{'p99/VT':>7}{'lock':>5}  {'no-harm':<8}{'cpu s':>6}")
+    lines = ["do-no-harm ratios: metronome's figure over the other's, worst seed", head, "-" * len(head)]
+    entries = sorted([*rows, *crashes], key=lambda e: int(e["index"]))
+    for e in entries:
+        if "error" in e:
+            lines.append(f"{e['index']:>5}  CRASH ({e['stage']}) {e['error'][:100]}")
+            continue
+        ratios = "".join(_f(e["ratios"][k], 3, 7) for k in NO_HARM_KEYS)
+        harm = "ok" if all(e["met"].values()) else "MISSED"
+        lines.append(f"{e['index']:>5}  {e['topology']:<26}{e['execution']:<30}"
+                     f"{_f(100 * e['volcano_topology_contention_excess'], 1, 6)}%{ratios}"
+                     f"{e['placed_locked'] or 0:>5}  {harm:<8}{e['cpu_s']:>6}")
+    lines.append("")
+    for key, c in summ["counts"].items():
+        w = summ["worst"][key]
+        lines.append(f"{key:<42} met {c['met']:>3}, missed {c['missed']:>3}; worst {_f(w['value'], 4, 0)}"
+                     + (f" (fuzz {w['index']}, seed {w['seed']})" if w["index"] is not None else ""))
+    lines.append(f"{summ['scenarios']} scenarios, {summ['crashes']} crashed"
+                 + (f" ({', '.join(map(str, summ['crashed']))})" if summ["crashed"] else "")
+                 + f", {summ['contended']} contended (volcano-topology excess >= {100 * SHARED_EXCESS:g} %), "
+                 f"{summ['cpu_s']} s of CPU")
+    return "\n".join(lines)
+
+
+def run(indices: Sequence[int], seeds: int, execution: str = "any", small: bool = False,
+        say: bool = True) -> dict[str, Any]:
+    """Run every scenario of ``indices``; the JSON document."""
+    rows: list[dict[str, Any]] = []
+    crashes: list[dict[str, Any]] = []
+    for n, index in enumerate(indices):
+        entry = run_one(index, seeds, execution, small)
+        (crashes if "error" in entry else rows).append(entry)
+        if say:
+            what = f"CRASH {entry['error'][:120]}" if "error" in entry else "ok"
+            print(f"[{n + 1}/{len(indices)}] {entry['scenario']}: {what}, {entry['cpu_s']} s of CPU",
+                  file=sys.stderr, flush=True)
+    return {"run": {"indices": list(indices), "seeds": seeds, "execution": execution, "quick": small,
+                    "policies": list(POLICIES), "models": list(MODEL_NAMES)},
+            "scenarios": rows, "crashes": crashes, "summary": summary(rows, crashes)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the scenarios, print the JSON (``--json``) and the table; 1 if any scenario crashed."""
+    parser = argparse.ArgumentParser(prog="python -m volcano_metronome.bench fuzz", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--start", type=int, default=0, help="first scenario index (default 0)")
+    parser.add_argument("--count", type=int, default=None,
+                        help=f"how many scenarios (default {DEFAULT_COUNT}; {QUICK_SCENARIOS} with --quick)")
+    parser.add_argument("--seeds", type=int, default=1, help="seeds per scenario (default 1)")
+    parser.add_argument("--execution", choices=EXECUTIONS, default="any",
+                        help="any (the drawn execution block, none in about one scenario of seven), steady (no block) or "
+                             "noisy (always a block with noise); the other draws are the same under all three")
+    parser.add_argument("--quick", action="store_true",
+                        help=f"a test: {QUICK_SCENARIOS} scenarios of {QUICK_COUNT} jobs of {QUICK_ITERATIONS[0]} "
+                             f"to {QUICK_ITERATIONS[1]} iterations")
+    parser.add_argument("--json", action="store_true", help="print the JSON on stdout (the table goes to stderr)")
+    parser.add_argument("--write", metavar="DIR", help="also write every scenario as DIR/fuzz-I.yaml")
+    args = parser.parse_args(argv)
+    count = args.count if args.count is not None else QUICK_SCENARIOS if args.quick else DEFAULT_COUNT
+    if count < 1:
+        parser.error(f"--count: got {count}, expected an integer >= 1")
+    if args.seeds < 1:
+        parser.error(f"--seeds: got {args.seeds}, expected an integer >= 1")
+    if args.start < 0:
+        parser.error(f"--start: got {args.start}, expected an integer >= 0")
+    indices = list(range(args.start, args.start + count))
+    if args.write:
+        folder = pathlib.Path(args.write)
+        folder.mkdir(parents=True, exist_ok=True)
+        for index in indices:
+            data = scenario(index, args.execution)
+            (folder / f"fuzz-{index}.yaml").write_text(scenario_yaml(quick(data) if args.quick else data),
+                                                       encoding="utf-8")
+    doc = run(indices, args.seeds, args.execution, args.quick)
+    text = table(doc["scenarios"], doc["crashes"], doc["summary"])
+    if args.json:
+        print(json.dumps(doc, indent=2))
+        print(text, file=sys.stderr)
+    else:
+        print(text)
+    return 1 if doc["crashes"] else 0
