@@ -119,6 +119,48 @@ def test_a_workload_kueue_evicts_gives_its_nodes_back_and_is_decided_again_on_it
     assert our_entry(f, "job-a")["state"] == "Retry"
 
 
+def test_a_preemptor_waits_pending_not_retry_while_the_evicted_jobs_pods_leave() -> None:
+    # Kueue reserves quota for a preemptor as soon as it evicts the preempted Workload, while that job's pods
+    # still run until Kueue has stopped it. A Retry then would make Kueue give the reservation back and requeue
+    # the preemptor behind its own preemption; the check stays Pending, saying why, until the pods are gone.
+    f = kueue_cluster(nodes=2)
+    low = b.workload(NS, "low-1", 2)
+    low["metadata"]["ownerReferences"] = [{"apiVersion": "batch/v1", "kind": "Job", "name": "low", "uid": "u1"}]
+    low["status"] = b.quota_reserved_status("cq", 2)
+    f.put(kube.WORKLOADS, low)
+    ctl = f.controller(NOW)
+    run(ctl)
+    for p in b.gang_pods(NS, "low", 2, kind="Job"):
+        f.put(kube.PODS, p)
+    run(ctl)
+    for p in f.all(kube.PODS):  # the scheduler binds them where they are pinned
+        p["spec"]["nodeName"] = objects.pinned_node(p)
+        f.put(kube.PODS, p)
+    run(ctl)
+    evicted = {"type": "Evicted", "status": "True", "reason": "Preempted", "message": "preempted",
+               "lastTransitionTime": "2025-01-01T00:00:01Z"}
+    current = f.obj(kube.WORKLOADS, NS, "low-1")
+    current["status"]["conditions"] = [*current["status"]["conditions"], evicted]
+    current["status"]["admissionChecks"] = [{"name": "metronome", "state": "Pending", "message": "",
+                                             "lastTransitionTime": "2025-01-01T00:00:01Z"}]
+    f.put(kube.WORKLOADS, current)
+    high = b.workload(NS, "high-1", 2, priority=1000)
+    high["status"] = {**b.quota_reserved_status("cq", 2), "admissionChecks": [
+        {"name": "metronome", "state": "Pending", "message": "", "lastTransitionTime": "2025-01-01T00:00:01Z"}]}
+    f.put(kube.WORKLOADS, high)
+    run(ctl)
+    entry = our_entry(f, "high-1")
+    assert entry["state"] == "Pending", entry
+    assert "waiting for the 16 GPUs that pods of Workloads Kueue evicted still hold" in entry["message"]
+    assert f.obj(kube.CLAIMS, NS, "workload-low-1")["status"]["nodes"] == []
+    # Kueue has stopped the job: its pods are gone, and the preemptor is decided on the nodes they left.
+    for p in list(f.all(kube.PODS)):
+        f.delete(kube.PODS, NS, objects.name(p))
+    run(ctl)
+    assert our_entry(f, "high-1")["state"] == "Ready"
+    assert f.obj(kube.CLAIMS, NS, "workload-high-1")["status"]["nodes"] == ["n0", "n1"]
+
+
 def test_pods_of_an_admitted_job_follow_the_workload_claim() -> None:
     f = kueue_cluster()
     wl = b.workload(NS, "job-b-1234", 2)

@@ -178,6 +178,10 @@ def test_kueue_preempts_a_placed_workload_whose_claim_gives_its_nodes_to_the_pre
     high_wl = objects.name(high)
     assert high["spec"]["priority"] == 1000
     assert workloads.first(lambda w: check_state(w) == "Ready" and reserved(w), high_wl) is not None
+    # Kueue reserved its quota while the preempted job's pods still ran: our check waited Pending for them,
+    # never Retry (which would have made Kueue give the reservation back and requeue the preemptor).
+    states = [check_state(w) for w in workloads.versions(high_wl)]
+    assert "Retry" not in states, states
     high_claim = wait_until(lambda: claims.first(decided, f"workload-{high_wl}"), 60,
                             lambda: f"claim workload-{high_wl} placed\n{logs()}")
     assert len(high_claim["status"]["nodes"]) == GANG

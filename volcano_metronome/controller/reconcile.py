@@ -463,10 +463,34 @@ def _no_fit(gang: GangView, reason: str, world: World, now_s: float, reported: M
     if not announced:
         after.append(Event(regarding(gang), NOFIT, reason, "Warning"))
     if gang.check is not None and gang.obj is not None:
-        state = "Rejected" if category == UNDECIDABLE or _never_fits(gang, world) else "Retry"
-        if gang.check.state != state or gang.check.message != reason:
-            after.insert(0, _check(gang, state, reason, now_s))
+        state, message = ("Rejected" if category == UNDECIDABLE or _never_fits(gang, world) else "Retry"), reason
+        if state == "Retry" and (leaving := _fits_once_evicted_pods_leave(gang, world)):
+            # Kueue reserves quota for a preemptor as soon as it evicts, before the evicted job's pods are gone:
+            # Retry would give that reservation back and requeue the preemptor behind its own preemption.
+            state, message = "Pending", (f"{reason}; waiting for the {leaving} GPUs that pods of Workloads Kueue "
+                                         f"evicted still hold (Kueue is stopping their jobs)")
+        if gang.check.state != state or gang.check.message != message:
+            after.insert(0, _check(gang, state, message, now_s))
     return GangWrites(str(gang.key), tuple(claim_writes), (), tuple(after))
+
+
+def _fits_once_evicted_pods_leave(gang: GangView, world: World) -> int:
+    """The GPUs bound pods of evicted Workloads hold, where the gang has room for all its members once they are
+    free; else 0."""
+    if gang.profile is None:
+        return 0
+    index = world.topology.node_index
+    leaving = np.zeros(len(world.free_gpus), np.int64)
+    for other in world.gangs:
+        if other.unreserved and other is not gang:
+            for p in other.pods:
+                if p.node_name in index and not objects.pod_terminal(p.obj):
+                    leaving[index[p.node_name]] += p.gpus
+    total = int(leaving.sum())
+    if not total:
+        return 0
+    room = member_room(np.array(world.free_gpus, dtype=np.int64) + leaving, gang.core_gang())
+    return total if int(room.sum()) >= gang.size else 0
 
 
 def _never_fits(gang: GangView, world: World) -> bool:
