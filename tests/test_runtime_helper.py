@@ -40,6 +40,19 @@ def test_wait_pads_when_early_goes_at_once_when_late_and_skips_a_whole_missed_pe
     assert slept == pytest.approx([0.05, 0.15, 0.05, 0.05])
 
 
+def test_wait_late_by_more_than_half_a_period_waits_for_the_next_slot():
+    slept: list[float] = []
+    # Slot m starts at 50 ms + m x 200 ms.
+    times = iter([100.200, 100.550, 100.960])
+    m = Metronome(period_ms=200.0, offset_ms=50.0, epoch_ms=0.0, clock=lambda: next(times), sleep=slept.append)
+    assert m.wait() == pytest.approx(50.0) and m.slot == 501  # pad to 100.250
+    assert m.wait() == 0.0 and m.slot == 502  # 100 ms late for 100.450: no later than half a period, go at once
+    # 110 ms past slot 504 (100.850; 503 is long gone): slot 505 (101.050) is nearer, so wait for it
+    # rather than run into whatever holds the link in the slot that follows this gang's own.
+    assert m.wait() == pytest.approx(90.0) and m.slot == 505
+    assert slept == pytest.approx([0.05, 0.09])
+
+
 def test_from_env_reads_the_downward_api_variables_and_refuses_garbage():
     env = {"METRONOME_PERIOD_MS": "200", "METRONOME_OFFSET_MS": "100", "METRONOME_EPOCH": "1700000000000"}
     m = Metronome.from_env(env)

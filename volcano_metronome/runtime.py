@@ -24,10 +24,13 @@ Prefer the files; call :meth:`Metronome.wait` right before the all-reduce of eve
             metronome.wait()                  # pads to the gang's slot (or returns at once when free)
         all_reduce(gradients)
 
-The helper keeps the index of the slot it aims at. Early, it pads; late (contention, a slow step),
-it goes at once and aims the next burst at the next slot, so lateness is absorbed by the next early
-arrival instead of shifting the schedule; more than a whole period late, it skips the slots it
-missed. This is the behaviour the simulator models (``volcano_metronome.sim.engine``).
+The helper keeps the index of the slot it aims at. Early, it pads; late by up to half a period (a
+slow step, a straggler), it goes at once and aims the next burst at the next slot, so lateness is
+absorbed by the next early arrival instead of shifting the schedule; later than that, the next slot
+is nearer than the missed one, and it waits for it. Going at once whatever the lateness let a
+collision last: two locked gangs thrown into each other's slots (a straggler) went late together,
+each stretched by the other and so late again at the next iteration, for good (docs/simulator.md,
+round 12). This is the behaviour the simulator models (``volcano_metronome.sim.engine``).
 
 Following the files (:meth:`Metronome.from_dir`), each ``wait`` first checks, with one ``readlink``
 (or three ``stat`` calls outside a kubelet volume), whether they changed, and reads them only then:
@@ -104,10 +107,9 @@ def aim(now_ms: float, phase_ms: float, period_ms: float, previous: int | None) 
     """Index ``m`` of the slot ``phase + m * period`` the next burst aims at (see the module docstring)."""
     if previous is None:
         return math.ceil((now_ms - phase_ms) / period_ms - 1e-12)
-    slot = previous + 1
-    if phase_ms + (slot + 1) * period_ms <= now_ms:  # a whole period late: skip the missed slots
-        slot = math.floor((now_ms - phase_ms) / period_ms + 1e-12)
-    return slot
+    # The next slot, or the nearest one if that is later: never more than half a period late. Two
+    # gangs late together would otherwise go together, each stretched by the other, so late again.
+    return max(previous + 1, math.ceil((now_ms - phase_ms) / period_ms - 0.5 - 1e-12))
 
 
 @dataclass(frozen=True)

@@ -91,8 +91,10 @@ def test_a_late_burst_goes_at_once_and_the_next_iteration_realigns(sanity: SimSc
     assert Engine._target(None, j, 0.33) == pytest.approx(base + 0.2)  # type: ignore[arg-type]
     # The one after is ready early again: it pads to its own slot, the lateness is gone.
     assert Engine._target(None, j, 0.45) == pytest.approx(base + 0.4)  # type: ignore[arg-type]
-    # More than a whole period behind: the missed slots are dropped (late by less than P).
-    assert Engine._target(None, j, 1.05) == pytest.approx(base + 0.8)  # type: ignore[arg-type]
+    # 150 ms late for the next slot (0.9): the one after (1.1) is nearer, so it waits for that one.
+    assert Engine._target(None, j, 1.05) == pytest.approx(base + 1.0)  # type: ignore[arg-type]
+    # 60 ms late for the next slot (1.3): it goes at once.
+    assert Engine._target(None, j, 1.36) == pytest.approx(base + 1.2)  # type: ignore[arg-type]
 
 
 def test_a_new_offset_reanchors_the_helper_on_the_new_grid(sanity: SimScenario) -> None:
@@ -131,3 +133,22 @@ def test_an_unlock_stops_alignment_at_the_next_iteration(sanity: SimScenario) ->
     assert a.aligned_iterations == 5 and not a.aligned
     free = sum(0.2 - 0.02 * (1.0 - u) for u in a.u[5:])
     assert a.end_s == pytest.approx(1.0 + free)
+
+
+def test_a_straggler_thrown_into_a_neighbours_slot_does_not_drag_it_along(sanity: SimScenario) -> None:
+    # Two gangs locked on the same two NICs, interleaved: 120 ms of compute and a 60 ms burst at line
+    # rate in a 200 ms period. At iteration 5 a straggles (every compute gap twice as long): its burst
+    # is 60 ms late and overlaps the start of b's. Going at once whatever the lateness, the two then
+    # went together, each stretched by the other and so late again, for most of the run (1.76 s of
+    # contention each, b ending 0.9 s late). Now a, late by more than half a period at the next
+    # iteration, waits for its next slot: one collision of 20 ms, and b ends on its grid.
+    profile = Profile(180.0, (Window(60.0, 60.0, 100.0),), 0.0)
+    jobs = [JobSpec(n, 0.0, 2, 1, 50, 0, profile) for n in ("a", "b")]
+    topology = sanity.scenario.topology.build()
+    engine = Engine(sanity, jobs, Pinned(Context(sanity.scenario, topology, 0), {"a": 0.0, "b": 100.0}))
+    engine.by_name["a"].slow = [2.0 if i == 5 else 1.0 for i in range(50)]
+    done = {j.spec.name: j for j in engine.run().jobs}
+    # b's last burst leaves in its slot (100 + 60 ms + 49 periods), and its 60 ms of compute follow.
+    assert done["b"].end_s == pytest.approx(0.1 + 0.06 + 49 * 0.2 + 0.06 + 0.06)
+    for name in ("a", "b"):
+        assert done[name].comm_s - done[name].comm_ideal_s < 0.1

@@ -10,10 +10,10 @@ Jobs and the runtime helper
 
     Phased policies publish to each gang a snapped period ``P``, an offset and an epoch (0 here).
     The runtime helper starts the communication of window ``w`` of the gang's ``m``-th grid
-    iteration no earlier than ``epoch + offset + start_w + m P``: early, it pads; late (contention),
-    it goes at once, and the next iteration aims at grid iteration ``m + 1`` again, so lateness is
-    absorbed by the next early arrival instead of shifting the schedule. A gang more than a whole
-    period late drops the slots it missed.
+    iteration no earlier than ``epoch + offset + start_w + m P``: early, it pads; late by up to
+    ``P / 2`` (contention, a slow step), it goes at once, and the next iteration aims at grid
+    iteration ``m + 1`` again, so lateness is absorbed by the next early arrival instead of shifting
+    the schedule. Later than that it waits for the nearer, next slot (``runtime.aim``).
 
     The helper re-reads what is published at the start of every iteration (the real one re-reads a
     downward-API volume). A new offset (re-optimisation, CASSINI's shifts, or a lock: an offset
