@@ -28,7 +28,7 @@ from typing import Any, Mapping, Sequence
 
 import yaml
 
-from volcano_metronome.bench.regimes import NO_HARM_KEYS, POLICIES, _f, verdicts
+from volcano_metronome.bench.regimes import NO_HARM_KEYS, POLICIES, fixed, verdicts
 from volcano_metronome.catalog import builtin
 from volcano_metronome.catalog.models import ALL_TO_ALL_MODELS, MODELS
 from volcano_metronome.sim.report import SHARED_EXCESS
@@ -231,15 +231,15 @@ def table(rows: Sequence[Mapping[str, Any]], crashes: Sequence[Mapping[str, Any]
         if "error" in e:
             lines.append(f"{e['index']:>5}  CRASH ({e['stage']}) {e['error'][:100]}")
             continue
-        ratios = "".join(_f(e["ratios"][k], 3, 7) for k in NO_HARM_KEYS)
+        ratios = "".join(fixed(e["ratios"][k], 3, 7) for k in NO_HARM_KEYS)
         harm = "ok" if all(e["met"].values()) else "MISSED"
         lines.append(f"{e['index']:>5}  {e['topology']:<26}{e['execution']:<30}"
-                     f"{_f(100 * e['volcano_topology_contention_excess'], 1, 6)}%{ratios}"
+                     f"{fixed(100 * e['volcano_topology_contention_excess'], 1, 6)}%{ratios}"
                      f"{e['placed_locked'] or 0:>5}  {harm:<8}{e['cpu_s']:>6}")
     lines.append("")
     for key, c in summ["counts"].items():
         w = summ["worst"][key]
-        lines.append(f"{key:<42} met {c['met']:>3}, missed {c['missed']:>3}; worst {_f(w['value'], 4, 0)}"
+        lines.append(f"{key:<42} met {c['met']:>3}, missed {c['missed']:>3}; worst {fixed(w['value'], 4, 0)}"
                      + (f" (fuzz {w['index']}, seed {w['seed']})" if w["index"] is not None else ""))
     lines.append(f"{summ['scenarios']} scenarios, {summ['crashes']} crashed"
                  + (f" ({', '.join(map(str, summ['crashed']))})" if summ["crashed"] else "")

@@ -245,23 +245,24 @@ def table(rows: Sequence[Mapping[str, Any]], summ: Mapping[str, Any]) -> str:
     lines = ["do-no-harm ratios: worst seed; excess, recovered and win: medians over seeds", head, "-" * len(head)]
     for r in rows:
         t = r["targets"]
-        ratios = "".join(_f(t[k]["value"], 3, 7) for k in NO_HARM_KEYS)
+        ratios = "".join(fixed(t[k]["value"], 3, 7) for k in NO_HARM_KEYS)
         harm = "ok" if all(t[k]["met"] for k in NO_HARM_KEYS) else "MISSED"
         win = ("n/a" if not t[WIN_KEYS[0]]["applies"]
                else ", ".join("met" if t[k]["met"] else "missed" for k in WIN_KEYS))
-        lines.append(f"{r['scenario'][len('regime-'):]:<34}{_f(100 * r['volcano_topology_contention_excess'], 1, 6)}%"
-                     f"{ratios}{_f(r['excess_recovered_pct']['volcano-topology'], 0, 6)}%"
+        lines.append(f"{r['scenario'][len('regime-'):]:<34}{fixed(100 * r['volcano_topology_contention_excess'], 1, 6)}%"
+                     f"{ratios}{fixed(r['excess_recovered_pct']['volcano-topology'], 0, 6)}%"
                      f"{r['locked_placements'] or 0:>5}  {harm:<8}{win:<22}")
     lines.append("")
     for key, c in summ["counts"].items():
         w = summ["worst"][key]
         lines.append(f"{key:<56} met {c['met']:>2}, missed {c['missed']:>2}, n/a {c['not_applicable']:>2}; "
-                     f"worst {_f(w['value'], 4, 0)} ({w['scenario']})")
+                     f"worst {fixed(w['value'], 4, 0)} ({w['scenario']})")
     lines.append(f"{summ['scenarios']} scenarios, {summ['cpu_s']} s of CPU")
     return "\n".join(lines)
 
 
-def _f(x: float | None, digits: int, width: int) -> str:
+def fixed(x: float | None, digits: int, width: int) -> str:
+    """``x`` with ``digits`` decimals, right-aligned in ``width`` characters; ``-`` when there is no figure."""
     return f"{'-' if x is None else f'{x:.{digits}f}':>{width}}"
 
 
