@@ -11,6 +11,8 @@ finishes, and Kueue reserves quota for the low one again.
 
 Before the fix the preempted Workload kept its claim: five nodes held for a gang without quota, so the
 preemptor (five nodes of eight) could not be placed, and its check was set Ready again without a reservation.
+Until 7da3f54 the preemptor's check then went to Retry while the evicted job's pods were still running (Kueue
+reserves its quota as soon as it evicts), so Kueue gave the reservation back and requeued it; it now waits Pending.
 """
 
 from __future__ import annotations
