@@ -35,6 +35,19 @@ def our_entry(f: FakeApi, name: str) -> dict:
     return next(e for e in wl["status"]["admissionChecks"] if e["name"] == "metronome")
 
 
+def evict(f: FakeApi, name: str) -> dict:
+    """Kueue's first step of an eviction (what Kueue v0.18 writes): Evicted=True and our check reset to Pending,
+    the reservation kept until the job has stopped; returns the condition."""
+    evicted = {"type": "Evicted", "status": "True", "reason": "Preempted", "message": "preempted",
+               "lastTransitionTime": "2025-01-01T00:00:01Z"}
+    current = f.obj(kube.WORKLOADS, NS, name)
+    current["status"]["conditions"] = [*current["status"]["conditions"], evicted]
+    current["status"]["admissionChecks"] = [{"name": "metronome", "state": "Pending", "message": "",
+                                             "lastTransitionTime": "2025-01-01T00:00:01Z"}]
+    f.put(kube.WORKLOADS, current)
+    return evicted
+
+
 def test_workload_is_held_until_quota_then_released_ready_with_pod_set_updates() -> None:
     f = kueue_cluster()
     wl = b.workload(NS, "job-a", 2, priority=5)
@@ -81,13 +94,7 @@ def test_a_workload_kueue_evicts_gives_its_nodes_back_and_is_decided_again_on_it
     assert f.obj(kube.CLAIMS, NS, "workload-job-a")["status"]["nodes"] == ["n0", "n1"]
     # Kueue preempts it in two steps (what Kueue v0.18 writes): Evicted=True and our check reset to Pending while
     # the reservation stays until the job has stopped; then QuotaReserved=False. The claim goes at the first.
-    evicted = {"type": "Evicted", "status": "True", "reason": "Preempted", "message": "preempted",
-               "lastTransitionTime": "2025-01-01T00:00:01Z"}
-    current = f.obj(kube.WORKLOADS, NS, "job-a")
-    current["status"]["conditions"] = [*current["status"]["conditions"], evicted]
-    current["status"]["admissionChecks"] = [{"name": "metronome", "state": "Pending", "message": "",
-                                             "lastTransitionTime": "2025-01-01T00:00:01Z"}]
-    f.put(kube.WORKLOADS, current)
+    evicted = evict(f, "job-a")
     run(ctl)
     assert f.obj(kube.CLAIMS, NS, "workload-job-a")["status"]["nodes"] == []
     assert our_entry(f, "job-a")["state"] == "Pending"  # not set Ready again while Kueue stops the job
@@ -137,13 +144,7 @@ def test_a_preemptor_waits_pending_not_retry_while_the_evicted_jobs_pods_leave()
         p["spec"]["nodeName"] = objects.pinned_node(p)
         f.put(kube.PODS, p)
     run(ctl)
-    evicted = {"type": "Evicted", "status": "True", "reason": "Preempted", "message": "preempted",
-               "lastTransitionTime": "2025-01-01T00:00:01Z"}
-    current = f.obj(kube.WORKLOADS, NS, "low-1")
-    current["status"]["conditions"] = [*current["status"]["conditions"], evicted]
-    current["status"]["admissionChecks"] = [{"name": "metronome", "state": "Pending", "message": "",
-                                             "lastTransitionTime": "2025-01-01T00:00:01Z"}]
-    f.put(kube.WORKLOADS, current)
+    evict(f, "low-1")
     high = b.workload(NS, "high-1", 2, priority=1000)
     high["status"] = {**b.quota_reserved_status("cq", 2), "admissionChecks": [
         {"name": "metronome", "state": "Pending", "message": "", "lastTransitionTime": "2025-01-01T00:00:01Z"}]}

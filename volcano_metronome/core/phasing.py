@@ -7,7 +7,8 @@ times the link's multiplier (to the nearest Mbps, ``core.traffic.scaled``) at sl
 Folding ``base`` to ``(L, H/P, P)`` turns every question about offset ``o`` into a question about
 the residues ``(s + o) % P`` that the gang's windows cover, so each kernel is one pass over ``base``
 followed by circular window sums or maxima over ``(L, P)`` arrays (the maxima from one sparse table,
-:class:`WindowMaxima`, shared by every run of the pattern): all ``P`` offsets for the price of a few. ``tests/core/reference.py`` answers the same questions with plain loops.
+:class:`WindowMaxima`, shared by every run of the pattern): all ``P`` offsets for the price of a few.
+``tests/core/reference.py`` answers the same questions with plain loops.
 """
 
 from __future__ import annotations
