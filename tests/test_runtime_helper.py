@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import pathlib
 import shutil
+from types import SimpleNamespace
 
 import pytest
 from hypothesis import given, settings
@@ -12,7 +13,8 @@ from hypothesis import strategies as st
 
 from volcano_metronome.core.errors import InvalidInput
 from volcano_metronome.core.profile import Profile, Window
-from volcano_metronome.runtime import SLOT_FILES, Metronome, Timing, next_start_ms
+from volcano_metronome.runtime import (SLOT_FILES, Metronome, Stopwatch, Timing, aim, aim_and_arm, next_start_ms,
+                                       stretched)
 from volcano_metronome.scenario import JobSpec
 from volcano_metronome.sim.engine import Engine, JobRun
 
@@ -51,6 +53,72 @@ def test_wait_late_by_more_than_half_a_period_waits_for_the_next_slot():
     # rather than run into whatever holds the link in the slot that follows this gang's own.
     assert m.wait() == pytest.approx(90.0) and m.slot == 505
     assert slept == pytest.approx([0.05, 0.09])
+
+
+def test_after_a_collision_a_burst_more_than_a_quarter_period_late_waits_for_the_next_slot():
+    # Slot m starts at m x 200 ms. 60 ms past slot 1: a slow step goes at once (up to half a period);
+    # after a burst another gang stretched, the gang it collided with is late too, and a burst going
+    # 60 ms late into the slot after its own meets it again: wait for slot 2.
+    assert aim(260.0, 0.0, 200.0, 0) == 1
+    assert aim(260.0, 0.0, 200.0, 0, collided=True) == 2
+    assert aim(240.0, 0.0, 200.0, 0, collided=True) == 1  # up to a quarter period late: at once
+    assert aim(150.0, 0.0, 200.0, 0, collided=True) == 1  # early: pads, as ever
+
+
+def test_a_collision_holds_one_burst_back_then_none_until_an_iteration_without_one():
+    # Slot m at m x 200 ms; every burst here is 60 ms late for slot previous + 1.
+    assert aim_and_arm(260.0, 0.0, 200.0, 0, collided=True, armed=True) == (2, False)  # held back, disarmed
+    # Stretched again at once (a neighbour that does not align): goes at once, as a slow step would.
+    assert aim_and_arm(460.0, 0.0, 200.0, 1, collided=True, armed=False) == (2, False)
+    assert aim_and_arm(660.0, 0.0, 200.0, 2, collided=False, armed=False) == (3, True)  # clean: armed again
+    assert aim_and_arm(240.0, 0.0, 200.0, 0, collided=True, armed=True) == (1, True)  # not held: stays armed
+
+
+def test_a_burst_collided_when_it_took_over_5_percent_longer_than_the_shortest_of_its_size():
+    assert not stretched(102.0, 100.0) and stretched(106.0, 100.0)
+    assert not stretched(10.0, 0.0)  # a 0 ms burst: nothing to compare to
+    clock = [0.0]
+    stopwatch = Stopwatch(clock=lambda: clock[0])
+
+    def iteration(*bursts: tuple[float, int | None]) -> bool:
+        stopwatch.iteration()
+        for took_ms, nbytes in bursts:
+            with stopwatch.burst(nbytes):
+                clock[0] += took_ms / 1000.0
+            clock[0] += 0.1
+        clock[0] += 0.1
+        stopwatch.iteration()
+        return stopwatch.collided()
+
+    assert not iteration((100.0, 8), (10.0, 1))  # the first of each size sets its shortest
+    assert not iteration((102.0, 8), (10.0, 1))  # 2 % longer: no collision
+    assert iteration((100.0, 8), (12.0, 1))  # the small one 20 % longer: stretched
+    assert not iteration((90.0, 8))  # a shorter one is the new shortest
+    assert iteration((100.0, 8))  # and 100 ms is now 11 % longer than it
+
+
+def stretched_second_burst() -> tuple[Metronome, list[float]]:
+    """A helper with a stopwatch (slot m at 50 ms + m x 200 ms) after two timed bursts, the second 40 % longer."""
+    clock = [100.200]
+    stopwatch = Stopwatch(clock=lambda: clock[0])
+    m = Metronome(period_ms=200.0, offset_ms=50.0, epoch_ms=0.0, clock=lambda: clock[0], sleep=lambda s: None,
+                  stopwatch=stopwatch)
+    for ready, burst_ms in ((100.200, 100.0), (100.420, 140.0)):
+        clock[0] = ready
+        m.wait()
+        start = max(ready, 0.050 + (m.slot or 0) * 0.2)
+        clock[0] = start
+        with stopwatch.burst(8):
+            clock[0] = start + burst_ms / 1000.0
+    clock[0] = 100.710  # 60 ms after slot 503
+    return m, clock
+
+
+def test_wait_after_a_stretched_burst_holds_the_gang_to_a_quarter_period_late():
+    m, _ = stretched_second_burst()
+    assert m.wait() == pytest.approx(140.0) and m.slot == 504  # the stopwatch saw the collision
+    m, _ = stretched_second_burst()
+    assert m.wait(collided=False) == 0.0 and m.slot == 503  # an explicit answer overrides it: a slow step
 
 
 def test_from_env_reads_the_downward_api_variables_and_refuses_garbage():
@@ -203,19 +271,22 @@ def test_from_dir_refuses_garbage_at_start_and_ignores_it_later(tmp_path: pathli
 
 
 @settings(deadline=None)
-@given(st.lists(st.floats(0.0, 3.0), min_size=1, max_size=30), st.sampled_from([0.2, 0.25, 0.39]),
-       st.floats(0.0, 0.2))
+@given(st.lists(st.tuples(st.floats(0.0, 3.0), st.booleans()), min_size=1, max_size=30),
+       st.sampled_from([0.2, 0.25, 0.39]), st.floats(0.0, 0.2))
 def test_the_simulator_aims_every_burst_exactly_as_the_runtime_helper_does(readies, period, offset):
     # The simulator's runtime model (sim.engine) must not drift from the helper: both aim with
-    # runtime.aim, so a gang's bursts ready at the same instants go at the same instants.
+    # runtime.aim, so a gang's bursts ready at the same instants, after the same collisions, go at
+    # the same instants.
     job = JobRun(JobSpec("j", 0.0, 2, 1, 10, 0, Profile(period * 1000.0, (Window(0.0, 10.0, 10.0),))), 0, 0)
     job.offset_s, job.grid_period_s, job.realign = offset, period, True
+    engine = SimpleNamespace(policy=SimpleNamespace(collision_aware=True))
     clock = [0.0]
     helper = Metronome(period * 1000.0, offset * 1000.0, 0.0, clock=lambda: clock[0], sleep=lambda s: None)
     now = 0.0
-    for gap in readies:
+    for gap, collided in readies:
         now += gap
         clock[0] = now
-        waited = helper.wait()
-        target = Engine._target(None, job, now)  # type: ignore[arg-type]
+        waited = helper.wait(collided)
+        job.collided = collided
+        target = Engine._target(engine, job, now)  # type: ignore[arg-type]
         assert max(target, now) == pytest.approx(now + waited / 1000.0, abs=1e-6)

@@ -30,7 +30,18 @@ absorbed by the next early arrival instead of shifting the schedule; later than 
 is nearer than the missed one, and it waits for it. Going at once whatever the lateness let a
 collision last: two locked gangs thrown into each other's slots (a straggler) went late together,
 each stretched by the other and so late again at the next iteration, for good (docs/simulator.md,
-round 12). This is the behaviour the simulator models (``volcano_metronome.sim.engine``).
+round 12). Half a period still let it last where bursts are long (a duty cycle of 0.35 or more):
+the lateness a collision leaves stays under half a period, the burst goes at once into the next
+gang's slot, and the two keep stretching each other (round 13). So after an iteration whose burst
+was stretched by another gang's traffic (it took more than ``STRETCHED`` longer than the shortest
+burst of its size the stopwatch has timed: :meth:`Stopwatch.collided`), a burst goes at once only up to
+a quarter of a period late. A slow step alone does not stretch the burst, so a gang whose
+iterations run longer than its published period (a wrong profile) keeps the half-period rule.
+Without a stopwatch timing the collectives the helper cannot tell the two apart and keeps half a
+period; ``wait(collided=...)`` lets a caller that knows say so. Having held one burst back, a
+collision holds none back again until an iteration without one: where the collisions come from a gang
+that does not align (a neighbour left free), waiting for the next slot would cost a period every time
+and end nothing. This is the behaviour the simulator models (``volcano_metronome.sim.engine``).
 
 Following the files (:meth:`Metronome.from_dir`), each ``wait`` first checks, with one ``readlink``
 (or three ``stat`` calls outside a kubelet volume), whether they changed, and reads them only then:
@@ -103,13 +114,41 @@ def next_start_ms(now_ms: float, epoch_ms: float, period_ms: float, offset_ms: f
     return phase + math.ceil((now_ms - phase) / period_ms - 1e-12) * period_ms
 
 
-def aim(now_ms: float, phase_ms: float, period_ms: float, previous: int | None) -> int:
-    """Index ``m`` of the slot ``phase + m * period`` the next burst aims at (see the module docstring)."""
+#: A burst *collided* when it took more than this share longer than the gang's uncontended burst: another
+#: gang's traffic shared its links (a slow step makes the burst late, not long).
+STRETCHED = 0.05
+#: How late a burst may go at once, as a share of the period: up to half a period after a slow step (the
+#: next slot is nearer beyond that), a quarter after a collision (module docstring).
+LATE_SHARE, COLLIDED_LATE_SHARE = 0.5, 0.25
+
+
+def aim(now_ms: float, phase_ms: float, period_ms: float, previous: int | None, collided: bool = False) -> int:
+    """Index ``m`` of the slot ``phase + m * period`` the next burst aims at (see the module docstring);
+    ``collided``: the last iteration's burst was stretched by another gang's traffic."""
     if previous is None:
         return math.ceil((now_ms - phase_ms) / period_ms - 1e-12)
-    # The next slot, or the nearest one if that is later: never more than half a period late. Two
-    # gangs late together would otherwise go together, each stretched by the other, so late again.
-    return max(previous + 1, math.ceil((now_ms - phase_ms) / period_ms - 0.5 - 1e-12))
+    # The next slot, or a later one where the burst would go later than the share allows. Two gangs late
+    # together would otherwise go together, each stretched by the other, so late again.
+    share = COLLIDED_LATE_SHARE if collided else LATE_SHARE
+    return max(previous + 1, math.ceil((now_ms - phase_ms) / period_ms - share - 1e-12))
+
+
+def aim_and_arm(now_ms: float, phase_ms: float, period_ms: float, previous: int | None, collided: bool,
+                armed: bool) -> tuple[int, bool]:
+    """``aim`` with the collision bound held back once: the slot the next burst aims at, and whether the next
+    collision may hold a burst back again. After holding one back it may not until an iteration without a
+    collision: where a gang that does not align keeps stretching this one, waiting never ends that."""
+    held = collided and armed
+    slot = aim(now_ms, phase_ms, period_ms, previous, held)
+    if held and slot > aim(now_ms, phase_ms, period_ms, previous):
+        return slot, False
+    return slot, armed or not collided
+
+
+def stretched(took_ms: float, shortest_ms: float) -> bool:
+    """Whether a burst that took ``took_ms`` was stretched by another gang's traffic: more than ``STRETCHED``
+    longer than the shortest burst of its size (its uncontended time, as far as the helper has seen)."""
+    return 0.0 < shortest_ms * (1.0 + STRETCHED) < took_ms
 
 
 @dataclass(frozen=True)
@@ -252,6 +291,7 @@ class Stopwatch:
         self.marks: deque[float] = deque(maxlen=keep)
         self.bursts: deque[Burst] = deque(maxlen=4 * keep)
         self._padding_ms = 0.0  # padding so far: the free timeline is the clock minus this
+        self.shortest: dict[int | None, float] = {}  # the shortest burst of each size so far (ms)
         self.pads: deque[float] = deque(maxlen=keep)  # padding added in each marked iteration
 
     def now_ms(self) -> float:
@@ -289,7 +329,21 @@ class Stopwatch:
         try:
             yield
         finally:
-            self.bursts.append(Burst(start, self.now_ms(), nbytes))
+            end = self.now_ms()
+            self.bursts.append(Burst(start, end, nbytes))
+            self.shortest[nbytes] = min(self.shortest.get(nbytes, math.inf), end - start)
+
+    def collided(self) -> bool:
+        """Whether another gang's traffic stretched a burst of the last complete iteration (``stretched``)."""
+        if len(self.marks) < 2:
+            return False
+        since = self.marks[-2]
+        for b in reversed(self.bursts):
+            if b.start_ms < since:
+                return False
+            if stretched(b.end_ms - b.start_ms, self.shortest[b.nbytes]):
+                return True
+        return False
 
     def measured(self) -> Measured | Refusal:
         """The period and windows of the iterations kept, or why they give none."""
@@ -333,6 +387,7 @@ class Metronome:
     clock: Callable[[], float] = time.time
     sleep: Callable[[float], None] = time.sleep
     slot: int | None = None  # the slot index the last burst aimed at
+    armed: bool = True  # a collision may hold the next late burst back (``aim_and_arm``)
     aligned: bool = True
     files: SlotFiles | None = None
     pending: Timing | None = None
@@ -371,15 +426,21 @@ class Metronome:
         """Start of slot 0: epoch + offset + the first window's start."""
         return self.epoch_ms + self.offset_ms + self.window_ms
 
-    def wait(self) -> float:
-        """Sleep until this burst's slot (no sleep when late or free); returns the milliseconds waited."""
+    def wait(self, collided: bool | None = None) -> float:
+        """Sleep until this burst's slot (no sleep when late or free); returns the milliseconds waited.
+
+        ``collided``: whether the last burst was stretched by another gang's traffic; by default the
+        stopwatch's timing of the bursts says (:meth:`Stopwatch.collided`), and without one, never."""
         now = self.clock() * 1000.0
         if self.stopwatch is not None:
             self.stopwatch.iteration()
+            if collided is None:
+                collided = self.stopwatch.collided()
         self._follow(now)
         if not self.aligned:
             return 0.0
-        self.slot = aim(now, self.phase_ms, self.period_ms, self.slot)
+        self.slot, self.armed = aim_and_arm(now, self.phase_ms, self.period_ms, self.slot, bool(collided),
+                                            self.armed)
         delay = self.phase_ms + self.slot * self.period_ms - now
         if delay > 0:
             self.sleep(delay / 1000.0)

@@ -46,7 +46,12 @@ def test_the_scheduler_is_told_the_measured_profile_and_the_engine_runs_the_real
 
 
 def test_a_locked_pair_held_to_its_slow_end_never_collides(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Held to the mean, half the iterations end late and lateness wanders into the other gang's slot."""
+    """Held to the mean, half the iterations end late and lateness wanders into the other gang's slot.
+
+    Since round 13 the helper stops a collision from lasting (0.3 % of running time lost to contention
+    held to the mean, against 6.8 % with round 12's helper), and the pair is then faster held to the
+    mean than to the slow end (60.8 against 63.1 s): the slack's price, docs/simulator.md round 13.
+    """
     report, _ = simulate(parse_sim(_pair(0.02)), ["metronome"], [0])
     ours = report["policies"]["metronome"]
     assert ours["placed_locked"] == 1 and ours["contention_excess"] == 0.0
@@ -54,4 +59,4 @@ def test_a_locked_pair_held_to_its_slow_end_never_collides(monkeypatch: pytest.M
     monkeypatch.setattr(workload, "measured", lambda profile, noise_cv: profile)
     report, _ = simulate(parse_sim(_pair(0.02)), ["metronome"], [0])
     held_to_mean = report["policies"]["metronome"]
-    assert held_to_mean["placed_locked"] == 1 and held_to_mean["contention_excess"] > 0.01
+    assert held_to_mean["placed_locked"] == 1 and held_to_mean["contention_excess"] > 0.002

@@ -152,3 +152,36 @@ def test_a_straggler_thrown_into_a_neighbours_slot_does_not_drag_it_along(sanity
     assert done["b"].end_s == pytest.approx(0.1 + 0.06 + 49 * 0.2 + 0.06 + 0.06)
     for name in ("a", "b"):
         assert done[name].comm_s - done[name].comm_ideal_s < 0.1
+
+
+class PinnedHalfPeriod(Pinned):
+    """``Pinned`` with the helper that allows half a period late after a collision too (round 12's rule)."""
+
+    collision_aware = False
+
+
+@pytest.mark.parametrize("aware, collide_s", [(True, 0.1), (False, 2.5)])
+def test_a_collision_does_not_become_the_gangs_steady_state(sanity: SimScenario, aware: bool,
+                                                            collide_s: float) -> None:
+    # Two gangs interleaved on the same two NICs, each an 80 ms burst at line rate in a 197 ms
+    # iteration held to a 200 ms period (a duty of 0.4). One slow step of a (compute 1.4 x) makes its
+    # burst 47 ms late into b's slot; the two stretch each other and each comes back later still. With
+    # half a period allowed, that lateness never passes 100 ms before the other gang's makes it worse:
+    # they collide on and off to the end (2.8 s of contention each, both ending 4.4 s late in a 20 s
+    # run; round 13 of docs/simulator.md). After a collision the helper allows a quarter period: 25 ms
+    # of contention each, and both end on their grids.
+    profile = Profile(197.0, (Window(117.0, 80.0, 100.0),), 0.0)
+    jobs = [JobSpec(n, 0.0, 2, 1, 100, 0, profile) for n in ("a", "b")]
+    topology = sanity.scenario.topology.build()
+    pinned = Pinned if aware else PinnedHalfPeriod
+    policy = pinned(Context(sanity.scenario, topology, 0), {"a": 0.0, "b": 100.0})
+    engine = Engine(sanity, jobs, policy)
+    engine.by_name["a"].slow = [1.4 if i == 5 else 1.0 for i in range(100)]
+    done = {j.spec.name: j for j in engine.run().jobs}
+    lost = [done[n].comm_s - done[n].comm_ideal_s for n in ("a", "b")]
+    if aware:
+        assert max(lost) < collide_s
+        # b's last burst leaves in its slot (100 + 117 ms + 99 periods); 80 ms of burst, no compute after.
+        assert done["b"].end_s == pytest.approx(0.1 + 0.117 + 99 * 0.2 + 0.08)
+    else:
+        assert min(lost) > collide_s

@@ -13,7 +13,11 @@ Jobs and the runtime helper
     iteration no earlier than ``epoch + offset + start_w + m P``: early, it pads; late by up to
     ``P / 2`` (contention, a slow step), it goes at once, and the next iteration aims at grid
     iteration ``m + 1`` again, so lateness is absorbed by the next early arrival instead of shifting
-    the schedule. Later than that it waits for the nearer, next slot (``runtime.aim``).
+    the schedule. Later than that it waits for the nearer, next slot (``runtime.aim``). After an
+    iteration in which another gang's traffic stretched a burst past its uncontended time
+    (``runtime.stretched``: what the real helper learns from its stopwatch), the bound is ``P / 4``,
+    once, until an iteration without a collision (``runtime.aim_and_arm``). A policy whose
+    ``collision_aware`` is False (``cassini``) keeps ``P / 2`` throughout.
 
     The helper re-reads what is published at the start of every iteration (the real one re-reads a
     downward-API volume). A new offset (re-optimisation, CASSINI's shifts, or a lock: an offset
@@ -39,7 +43,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from volcano_metronome.core.traffic import link_shares
-from volcano_metronome.runtime import aim
+from volcano_metronome.runtime import aim_and_arm, stretched
 from volcano_metronome.scenario import JobSpec
 from volcano_metronome.sim.fluid import Fluid
 from volcano_metronome.sim.kernel import SAMPLING, SCHEDULING, Kernel
@@ -58,7 +62,7 @@ class JobRun:
                  "period_s", "start_s", "end_s", "nodes", "members", "links", "route", "aligned", "offset_s",
                  "grid_period_s", "grid", "realign", "published", "fresh", "iteration", "window", "comm_s",
                  "comm_ideal_s", "comm_started", "isolated_s", "padded_s", "first_wait_s", "reanchor_s",
-                 "steady", "aligned_iterations", "slow", "startup_s")
+                 "steady", "aligned_iterations", "slow", "startup_s", "collided", "burst_ideal_s", "armed")
 
     def __init__(self, spec: JobSpec, index: int, seed: int, execution: Execution = Execution()) -> None:
         profile = spec.profile
@@ -103,6 +107,7 @@ class JobRun:
         self.window = 0
         self.comm_s = 0.0
         self.comm_ideal_s = 0.0
+        self.burst_ideal_s = 0.0  # the burst on the wire now, uncontended
         self.comm_started = 0.0
         self.isolated_s = 0.0
         self.padded_s = 0.0  # time the runtime helper held bursts back to their slots
@@ -110,6 +115,8 @@ class JobRun:
         self.reanchor_s = 0.0  # of which: re-anchoring on a new grid later on (locks, new offsets)
         self.steady = 0  # aligned iterations that followed an aligned one on the same grid
         self.aligned_iterations = 0
+        self.armed = True  # a collision may hold the next late burst back (runtime.aim_and_arm)
+        self.collided = False  # another gang's traffic stretched a burst of this iteration (runtime.stretched)
 
     def compute(self, gap: int) -> float:
         """Length of compute gap ``gap`` in the current iteration (jitter included)."""
@@ -319,18 +326,24 @@ class Engine:
         """When the helper lets window ``job.window`` go: the runtime's own aiming rule, in seconds."""
         period = job.grid_period_s
         if job.window == 0:
-            job.grid = aim(now, job.offset_s + job.starts[0], period, None if job.realign else job.grid)
+            job.grid, job.armed = aim_and_arm(now, job.offset_s + job.starts[0], period,
+                                              None if job.realign else job.grid,
+                                              job.collided and self.policy.collision_aware, job.armed)
             job.realign = False
+            job.collided = False
         return job.offset_s + job.starts[job.window] + job.grid * period
 
     def _send(self, job: JobRun) -> None:
         w = job.window
         job.comm_started = self.kernel.now
-        job.comm_ideal_s += job.volumes[w] / min(job.gbps[w], job.route.floor)
+        job.burst_ideal_s = job.volumes[w] / min(job.gbps[w], job.route.floor)
+        job.comm_ideal_s += job.burst_ideal_s
         self.fluid.start(job.route, job.gbps[w], job.volumes[w], partial(self._sent, job))
 
     def _sent(self, job: JobRun) -> None:
-        job.comm_s += self.kernel.now - job.comm_started
+        took = self.kernel.now - job.comm_started
+        job.comm_s += took
+        job.collided |= stretched(took, job.burst_ideal_s)
         job.window += 1
         self._compute(job, job.window)
 

@@ -66,6 +66,9 @@ class SimPolicy:
 
     name = ""
     aligned = False
+    #: Whether the gangs' runtime helper holds bursts to a quarter period late after a collision
+    #: (``runtime.aim_and_arm``); a policy whose plans collide by design keeps half a period throughout.
+    collision_aware = True
 
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
