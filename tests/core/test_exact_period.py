@@ -124,3 +124,30 @@ def test_a_snapshot_grown_past_its_widest_hyperperiod_keeps_every_load():
     expected = snap.placed["g40"].row(760) + snap.placed["e"].row(760)
     nic = snap.placed["e"].links
     assert (snap.load[nic] == scaled(snap.placed["e"].multiplier[:, None], expected[None, :])).all()
+
+
+def test_identical_gangs_whose_bursts_overfill_the_period_by_a_slot_lock_a_little_longer():
+    # 91 ms bursts every 180 ms (36 slots, on the grid and exact): each covers 19 slots, so two need 38 and
+    # overlap at every offset of 36. Held to 190 ms (38 slots: 10 ms of padding per iteration each) they
+    # interleave, which costs far less than the collisions of two bursts of half a period at a random phase.
+    snap = empty(two_nodes(), 8)
+    a = gang("a", 2, 5, period=180.0, start=80.0, length=91.0)
+    commit(snap, a, decide(snap, a, POLICY))
+    assert snap.placed["a"].pattern.slots == 36 and not snap.placed["a"].locked
+    b = gang("b", 2, 3, period=180.0, start=80.0, length=91.0)
+    d = decide(snap, b, POLICY)
+    assert isinstance(d, Decision) and d.locked and d.locks == ("a",)
+    assert d.period_ms == 190.0 and d.periods == (("a", 190.0),) and 0.0 < d.padding_ms < d.free_delay_ms
+    commit(snap, b, d)
+    assert {u: (p.pattern.slots, p.locked) for u, p in snap.placed.items()} == {"a": (38, True), "b": (38, True)}
+    assert snap.clean("a") and snap.clean("b")
+
+
+def test_bursts_that_would_need_a_period_much_longer_than_their_own_run_free():
+    # 110 ms bursts every 180 ms (22 slots each): two interleave only from 44 slots, 22 % longer than the
+    # period, past STRETCH: the gangs run free at their period.
+    snap = empty(two_nodes(), 8)
+    a = gang("a", 2, 5, period=180.0, start=70.0, length=110.0)
+    commit(snap, a, decide(snap, a, POLICY))
+    d = decide(snap, gang("b", 2, 3, period=180.0, start=70.0, length=110.0), POLICY)
+    assert isinstance(d, Decision) and not d.locked and d.period_ms == 180.0 and d.periods == ()

@@ -52,14 +52,14 @@ on a contended link, no offset avoids collisions at the gang's grid snap, so eac
 scored at its local snap (``_local``: the shortest grid period commensurate with theirs), taken only
 where the lock it then allows pays. Where every gang on its contended links has the gang's own exact
 period (identical jobs: ``SlotGrid.exact``, no snapping beyond the slot), the gang is locked there
-instead, the free neighbours it locks re-laid with it (``_exact``, ``Decision.periods``), whenever that
-costs less per unit of time than the grid's choice and the hyperperiod stays within the cap; beside
-such periods a grid snap that would take the hyperperiod past the cap gives way to the shortest period
-that keeps it (``SlotGrid.fitting``). With lock on demand, candidate node sets are
-ranked by that expected cost first (padding where locked, collisions where free, nothing where no
-link is contended), then by locality and their rank in ``core.placement`` (binpack first, as
-Volcano's topology plugin would place the gang). ``Snapshot.unlockable`` names locked gangs left
-with no contended link.
+instead, or a few slots longer where their bursts together overfill it, the free neighbours it locks
+re-laid with it (``_exact``, ``Decision.periods``), whenever that costs less per unit of time than the
+grid's choice and the hyperperiod stays within the cap; beside such periods a grid snap that would
+take the hyperperiod past the cap gives way to the shortest period that keeps it
+(``SlotGrid.fitting``). With lock on demand, candidate node sets are ranked by that expected cost
+first (padding where locked, collisions where free, nothing where no link is contended), then by
+locality and their rank in ``core.placement`` (binpack first, as Volcano's topology plugin would
+place the gang). ``Snapshot.unlockable`` names locked gangs left with no contended link.
 """
 
 from __future__ import annotations
@@ -84,6 +84,9 @@ from volcano_metronome.core.traffic import loaded_links, scaled
 _EPS = 1e-6
 #: Most unlocked gangs one decision may lock (the closure of its contended neighbours).
 MAX_LOCKS = 64
+#: How much longer than its exact period a gang may be held so that its bursts and its identical
+#: neighbours' interleave (``_exact``; the lock must still pay for the padding).
+STRETCH = 0.1
 
 
 @dataclass(frozen=True)
@@ -277,27 +280,74 @@ def _per_slot(snapshot: Snapshot, d: Decision) -> float:
 
 def _exact(snapshot: Snapshot, gang: Gang, scored: list[_Scored], policy: Policy,
            earliest: int) -> tuple[Decision, float] | None:
-    """The gang locked at its exact period (``SlotGrid.exact``: no snapping beyond the slot) with the
-    neighbours it would lock re-laid at that period, where every gang on its contended links shares it;
-    the best such node set by the same ranking, settled as at the grid snap; None where none locks.
+    """The gang locked at its exact period (``SlotGrid.exact``: no snapping beyond the slot), or a few slots
+    longer, with the neighbours it would lock re-laid at that period, where every gang on its contended links
+    is an identical job; the best such node set by the same ranking at the shortest such period that locks,
+    settled as at the grid snap; None where none locks.
 
     Identical jobs meet at fixed phases whatever their period, so the grid's only purpose between them,
     commensurability with other periods, buys nothing, and its padding (up to 14 % per iteration for a
-    measured vgg11 at 100 Gbps, 245.7 ms held to 280) is what keeps such locks from paying. The free
-    neighbours' periods are provisional like their offsets, so they are re-laid with the lock; locked ones
-    must hold it already. Bounded by the cap: the snapshot's hyperperiod with the exact period must fit.
+    measured vgg11 at 100 Gbps, 245.7 ms held to 280) is what keeps such locks from paying. Where their
+    bursts together fill a little more than the period (vgg11 throttled by a 4:1 uplink: 150.4 ms bursts
+    every 296.4 ms, 31 slots each of 60), they overlap at every offset of it, so they ran free, colliding
+    for about a quarter of every period at a random phase; a period up to ``STRETCH`` longer (62 slots
+    there, 13.6 ms of padding per iteration) lets them interleave, and the lock is taken where it pays.
+    The free neighbours' periods are provisional like their offsets, so they are re-laid with the lock;
+    locked ones must hold it already. Bounded by the cap: the snapshot's hyperperiod with the period must fit.
     """
     grid = snapshot.grid
-    period = grid.exact(gang.profile.period_ms, "profile.period_ms")
-    if not scored or period.slots == scored[0].pattern.slots:
+    exact = grid.exact(gang.profile.period_ms, "profile.period_ms").slots
+    longest = exact + max(1, int(STRETCH * exact))
+    alike = [s for s in scored if _alike(snapshot, gang, s, exact, longest)]
+    if not alike:
         return None
-    if math.lcm(snapshot.hyperperiod, period.slots) > grid.max_hyperperiod_slots:
+    span = math.lcm(snapshot.hyperperiod, scored[0].pattern.slots)  # the grid snap's, as ``_local``
+    tries = [] if exact == scored[0].pattern.slots else [(exact, alike)]  # at the grid snap, scored already
+    least = [(_least_slots(snapshot, gang, s), s) for s in alike]
+    tries += [(slots, fit) for slots in range(exact + 1, longest + 1)
+              if (fit := [s for bound, s in least if bound <= slots])]
+    for slots, fit in tries:
+        found = _exact_at(snapshot, gang, fit, policy, earliest,
+                          SnappedPeriod(slots, gang.profile.period_ms, grid.slot_ms), exact, span)
+        if found is not None:
+            return found
+    return None
+
+
+def _alike(snapshot: Snapshot, gang: Gang, scored: _Scored, exact: int, longest: int) -> bool:
+    """Whether every gang ``gang`` placed as ``scored`` shares a contended link with is of its exact period or
+    held to one it may take (``exact`` to ``longest`` slots): the node sets ``_exact`` may lock on."""
+    _, _, near = _contended(snapshot, gang, scored.pattern, scored.candidate.nodes, scored.candidate.members)
+    grid = snapshot.grid
+    return bool(near) and all(exact <= snapshot.placed[u].pattern.slots <= longest
+                              or grid.exact(snapshot.placed[u].gang.profile.period_ms).slots == exact for u in near)
+
+
+def _least_slots(snapshot: Snapshot, gang: Gang, scored: _Scored) -> int:
+    """A lower bound on the period (slots) at which ``gang`` placed as ``scored`` and the gangs on its contended
+    links could all send without overflow: each such link must carry their traffic of one period within it."""
+    pattern, cand = scored.pattern, scored.candidate
+    links, mult = loaded_links(snapshot.topology, cand.nodes, cand.members, gang.profile.collective)
+    hot = set(snapshot.contended(links, scaled(mult, int(pattern.rates.max()))).tolist())
+    volume = {int(link): float(scaled(m, pattern.rates).sum()) for link, m in zip(links, mult) if int(link) in hot}
+    for uid in snapshot.neighbours(np.array(sorted(hot), dtype=np.int64)):
+        placed = snapshot.placed[uid]
+        for link, m in zip(placed.links.tolist(), placed.multiplier):
+            if link in volume:
+                volume[link] += float(scaled(m, placed.pattern.rates).sum())
+    capacity = snapshot.topology.capacity_mbps
+    return max((math.ceil(v / capacity[link] - 1e-9) for link, v in volume.items()), default=0)
+
+
+def _exact_at(snapshot: Snapshot, gang: Gang, scored: list[_Scored], policy: Policy, earliest: int,
+              period: SnappedPeriod, exact: int, span: int) -> tuple[Decision, float] | None:
+    """``_exact`` at one period: the best node set of ``scored`` locked there, or None."""
+    if math.lcm(snapshot.hyperperiod, period.slots) > snapshot.grid.max_hyperperiod_slots:
         return None
-    pattern = lay_out(gang.profile, grid, period)
-    span = math.lcm(snapshot.hyperperiod, scored[0].pattern.slots)
+    pattern = lay_out(gang.profile, snapshot.grid, period)
     best: tuple[_Scored, tuple[str, ...]] | None = None
     for s in scored:
-        relaid = _sharing(snapshot, gang, pattern, s.candidate)
+        relaid = _sharing(snapshot, gang, pattern, s.candidate, exact)
         if relaid is None:
             continue
         with _relaid(snapshot, relaid, period.slots):
@@ -318,17 +368,18 @@ def _exact(snapshot: Snapshot, gang: Gang, scored: list[_Scored], policy: Policy
     return dataclasses.replace(d, periods=tuple((uid, period.ms) for uid in relaid if uid in d.locks)), cost
 
 
-def _sharing(snapshot: Snapshot, gang: Gang, pattern: Pattern, cand: Candidate) -> tuple[str, ...] | None:
+def _sharing(snapshot: Snapshot, gang: Gang, pattern: Pattern, cand: Candidate,
+             exact: int) -> tuple[str, ...] | None:
     """The free gangs to re-lay at ``pattern``'s period so that every gang ``gang`` would share a contended link
     with on ``cand`` holds it, or None where one cannot (a locked gang on another period, a free one whose own
-    exact period differs, or no contended neighbour at all)."""
+    exact period is not ``exact``, or no contended neighbour at all)."""
     links, extra, near = _contended(snapshot, gang, pattern, cand.nodes, cand.members)
     if not near:
         return None
-    def relayable(uid: str) -> bool:  # free, on another period, and its own exact period is this one
+    def relayable(uid: str) -> bool:  # free, on another period, and its own exact period is the gang's
         placed = snapshot.placed[uid]
         return (not placed.locked and placed.pattern.slots != pattern.slots
-                and snapshot.grid.exact(placed.gang.profile.period_ms).slots == pattern.slots)
+                and snapshot.grid.exact(placed.gang.profile.period_ms).slots == exact)
 
     if not all(snapshot.placed[uid].pattern.slots == pattern.slots or relayable(uid) for uid in near):
         return None
