@@ -151,3 +151,21 @@ def test_bursts_that_would_need_a_period_much_longer_than_their_own_run_free():
     commit(snap, a, decide(snap, a, POLICY))
     d = decide(snap, gang("b", 2, 3, period=180.0, start=70.0, length=110.0), POLICY)
     assert isinstance(d, Decision) and not d.locked and d.period_ms == 180.0 and d.periods == ()
+
+
+def test_a_lower_priority_gang_never_stretches_a_higher_priority_ones_period():
+    # 30 ms at 60 Gbps and 80 ms at 100 Gbps every 100 ms overlap at every offset (6 + 16 slots of 20);
+    # at 110 ms both would fit, but only by padding the higher-priority gang 10 ms per iteration for the
+    # lower one's sake: the lower one runs free instead, and nobody's period changes.
+    snap = empty(two_nodes(), 8)
+    high = gang("high", 2, 5, period=100.0, start=0.0, length=30.0, gbps=60.0, priority=10)
+    commit(snap, high, decide(snap, high, POLICY))
+    d = decide(snap, gang("low", 2, 3, period=100.0, start=0.0, length=80.0, priority=1, created=1.0), POLICY)
+    assert isinstance(d, Decision) and not d.locked and d.period_ms == 100.0 and d.periods == ()
+    # The other way round the newcomer is the one that pays: the lower-priority gang is re-laid at 110 ms.
+    snap = empty(two_nodes(), 8)
+    low = gang("low", 2, 5, period=100.0, start=0.0, length=80.0, priority=1)
+    commit(snap, low, decide(snap, low, POLICY))
+    d = decide(snap, gang("high", 2, 3, period=100.0, start=0.0, length=30.0, gbps=60.0, priority=10,
+                          created=1.0), POLICY)
+    assert isinstance(d, Decision) and d.locked and d.period_ms == 110.0 and d.periods == (("low", 110.0),)

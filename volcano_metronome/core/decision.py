@@ -348,8 +348,9 @@ def _exact_at(snapshot: Snapshot, gang: Gang, scored: list[_Scored], policy: Pol
     best: tuple[_Scored, tuple[str, ...]] | None = None
     for s in scored:
         relaid = _sharing(snapshot, gang, pattern, s.candidate, exact)
-        if relaid is None:
-            continue
+        if relaid is None or any(snapshot.placed[u].gang.priority > gang.priority
+                                 and period.slots > snapshot.placed[u].pattern.slots for u in relaid):
+            continue  # a lower-priority gang's lock never lengthens a higher-priority one's iterations
         with _relaid(snapshot, relaid, period.slots):
             found = _score(snapshot, gang, pattern, s.candidate, policy, earliest)
             scale = span / math.lcm(snapshot.hyperperiod, period.slots)  # as ``_local``: to the grid snap's span
