@@ -38,7 +38,8 @@ class Decided:
     ``locks`` maps each unlocked gang that must align from now on to the uid of the gang whose
     decision locks it; ``relocations`` the new offsets (ms) the core gave some of them with the lock,
     and locked gangs it re-arranged for a newcomer, whose uid ``moved_by`` gives; ``periods`` the new
-    (exact) periods (ms) of locked gangs the lock re-lays at the period they share with the deciding gang.
+    periods (ms, exact or a few slots longer) of locked gangs the lock re-lays at the period they share
+    with the deciding gang.
     """
 
     results: Mapping[str, Decision | NoFit] = field(default_factory=dict)

@@ -14,19 +14,19 @@ of them loses nothing and duplicates nothing:
 
 A restarted controller finds the claim and finishes steps 2 and 3 from it, never deciding again.
 
-Lock on demand (``core.decision``): a gang that shares no contended link (where the gangs' peak
-rates add up to more than the capacity, so bursts could collide) is recorded with
-``status.locked: false`` and its pods get ``period-ms`` but no ``offset-ms``/``epoch``, so its
-runtime runs free. When a decision makes one of its links contended, the decision names it in
-``Decision.locks``; its claim then gets ``locked: true`` and a future epoch (the phase it already
-has stays: its offset is folded for the new epoch), then its pods get ``offset-ms`` and that epoch,
-then an Event ``Locked``. A lock may re-lay the gang at the exact period it shares with the deciding
-gang (``Decision.periods``): the new ``periodMs`` goes into the same claim write as the lock, then
-onto its pods. The deciding gang's claim writes wait for the locks of the gangs its decision names
-(``GangWrites.requires``): the core leaves gangs free on contended links on purpose where locking
-would not pay, so a lock cannot be inferred later, and a controller killed between the writes must
-leave at worst a locked gang whose decider is decided again, never a decision recorded without its
-locks. The periodic re-optimisation pass unlocks locked gangs left with no contended link
+Lock on demand (``core.decision``): a gang that shares no contended link (where the gangs' peak rates
+add up to more than the capacity, so bursts could collide) is recorded with ``status.locked: false``
+and its pods get ``period-ms`` but no ``offset-ms``/``epoch``, so its runtime runs free. When a
+decision makes one of its links contended, the decision names it in ``Decision.locks``; its claim then
+gets ``locked: true`` and a future epoch (the phase it already has stays: its offset is folded for the
+new epoch), then its pods get ``offset-ms`` and that epoch, then an Event ``Locked``. A lock may re-lay
+the gang at the period it shares with the deciding gang (its exact period or a few slots longer,
+``Decision.periods``): the new ``periodMs`` goes into the same claim write as the lock, then onto its
+pods. The deciding gang's claim writes wait for the locks of the gangs its decision names
+(``GangWrites.requires``): the core leaves gangs free on contended links on purpose where locking would
+not pay, so a lock cannot be inferred later, and a controller killed between the writes must leave at
+worst a locked gang whose decider is decided again, never a decision recorded without its locks. The
+periodic re-optimisation pass unlocks locked gangs left with no contended link
 (``Snapshot.unlockable``): ``locked: false``, then ``offset-ms``/``epoch`` removed from their pods,
 then an Event ``Unlocked``.
 
@@ -286,7 +286,7 @@ def _follow(gang: GangView, claim: ClaimView, move: Move | None, settings: Setti
     """Writes that make a placed gang's pods and Workload agree with its claim (and apply a move, a lock,
     a new period or an unlock to the claim first).
 
-    A move, a lock or a new period (``period_ms``: the exact period a lock re-lays it at, the one it
+    A move, a lock or a new period (``period_ms``: the period a lock re-lays it at, the one it
     shares with ``shares``) takes effect at the first lattice epoch ``reconfigureLeadMs`` ahead; until
     then the runtime keeps its previous slot (or, unlocked, keeps running free). The offset written is
     relative to that epoch: ``move``'s origin offset, else the claim's own origin-relative phase.
