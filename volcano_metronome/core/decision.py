@@ -298,14 +298,13 @@ def _exact(snapshot: Snapshot, gang: Gang, scored: list[_Scored], policy: Policy
     grid = snapshot.grid
     exact = grid.exact(gang.profile.period_ms, "profile.period_ms").slots
     longest = exact + max(1, int(STRETCH * exact))
-    alike = [s for s in scored if _alike(snapshot, gang, s, exact, longest)]
-    if not alike:
+    bounds = [(bound, s) for s in scored if (bound := _interleave_bound(snapshot, gang, s, exact, longest)) is not None]
+    if not bounds:
         return None
     span = math.lcm(snapshot.hyperperiod, scored[0].pattern.slots)  # the grid snap's, as ``_local``
-    tries = [] if exact == scored[0].pattern.slots else [(exact, alike)]  # at the grid snap, scored already
-    least = [(_least_slots(snapshot, gang, s), s) for s in alike]
+    tries = [] if exact == scored[0].pattern.slots else [(exact, [s for _, s in bounds])]  # the grid snap: scored
     tries += [(slots, fit) for slots in range(exact + 1, longest + 1)
-              if (fit := [s for bound, s in least if bound <= slots])]
+              if (fit := [s for bound, s in bounds if bound <= slots])]
     for slots, fit in tries:
         found = _exact_at(snapshot, gang, fit, policy, earliest,
                           SnappedPeriod(slots, gang.profile.period_ms, grid.slot_ms), exact, span)
@@ -314,29 +313,28 @@ def _exact(snapshot: Snapshot, gang: Gang, scored: list[_Scored], policy: Policy
     return None
 
 
-def _alike(snapshot: Snapshot, gang: Gang, scored: _Scored, exact: int, longest: int) -> bool:
-    """Whether every gang ``gang`` placed as ``scored`` shares a contended link with is of its exact period or
-    held to one it may take (``exact`` to ``longest`` slots): the node sets ``_exact`` may lock on."""
-    _, _, near = _contended(snapshot, gang, scored.pattern, scored.candidate.nodes, scored.candidate.members)
-    grid = snapshot.grid
-    return bool(near) and all(exact <= snapshot.placed[u].pattern.slots <= longest
-                              or grid.exact(snapshot.placed[u].gang.profile.period_ms).slots == exact for u in near)
-
-
-def _least_slots(snapshot: Snapshot, gang: Gang, scored: _Scored) -> int:
-    """A lower bound on the period (slots) at which ``gang`` placed as ``scored`` and the gangs on its contended
-    links could all send without overflow: each such link must carry their traffic of one period within it."""
+def _interleave_bound(snapshot: Snapshot, gang: Gang, scored: _Scored, exact: int, longest: int) -> int | None:
+    """For ``gang`` placed as ``scored``: None unless every gang it shares a contended link with is of its exact
+    period or held to one it may take (``exact`` to ``longest`` slots), the node sets ``_exact`` may lock on;
+    else a lower bound on the period (slots) at which they could all send without overflow, each such link
+    carrying their traffic of one period within its capacity."""
     pattern, cand = scored.pattern, scored.candidate
     links, mult = loaded_links(snapshot.topology, cand.nodes, cand.members, gang.profile.collective)
-    hot = set(snapshot.contended(links, scaled(mult, int(pattern.rates.max()))).tolist())
-    volume = {int(link): float(scaled(m, pattern.rates).sum()) for link, m in zip(links, mult) if int(link) in hot}
-    for uid in snapshot.neighbours(np.array(sorted(hot), dtype=np.int64)):
+    hot = snapshot.contended(links, scaled(mult, int(pattern.rates.max())))
+    near = snapshot.neighbours(hot)
+    grid = snapshot.grid
+    if not near or not all(exact <= snapshot.placed[u].pattern.slots <= longest
+                           or grid.exact(snapshot.placed[u].gang.profile.period_ms).slots == exact for u in near):
+        return None
+    hot_set = set(hot.tolist())
+    volume = {int(link): float(scaled(m, pattern.rates).sum()) for link, m in zip(links, mult) if int(link) in hot_set}
+    for uid in near:
         placed = snapshot.placed[uid]
         for link, m in zip(placed.links.tolist(), placed.multiplier):
             if link in volume:
                 volume[link] += float(scaled(m, placed.pattern.rates).sum())
     capacity = snapshot.topology.capacity_mbps
-    return max((math.ceil(v / capacity[link] - 1e-9) for link, v in volume.items()), default=0)
+    return int(max(math.ceil(v / capacity[link] - 1e-9) for link, v in volume.items()))
 
 
 def _exact_at(snapshot: Snapshot, gang: Gang, scored: list[_Scored], policy: Policy, earliest: int,
