@@ -34,7 +34,7 @@ from typing import Callable, Iterable
 from volcano_metronome.core.errors import MetronomeError
 from volcano_metronome.devtools import binaries, gosource, recipes
 
-SCHEDULER_PLUGINS = ("sigs.k8s.io/scheduler-plugins", "v0.35.7")
+SCHEDULER_PLUGINS = ("sigs.k8s.io/scheduler-plugins", "v0.34.7")
 OVERRIDE_VARIABLE = "METRONOME_UPSTREAM_DIR"
 _FORMAT = "2"  # bump when the gathering changes in a way the pins do not show
 _COMPLETE = "SOURCES.json"
