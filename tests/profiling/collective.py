@@ -34,8 +34,8 @@ def main() -> None:
     parser.add_argument("--iterations", type=int, default=26)
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--compute-ms", type=float, default=250.0)
-    parser.add_argument("--floats", type=int, default=12_000_000)
-    parser.add_argument("--buckets", type=int, default=16)
+    parser.add_argument("--floats", type=int, default=16_000_000)
+    parser.add_argument("--buckets", type=int, default=1)
     parser.add_argument("--poll-ms", type=float, default=0.0)
     parser.add_argument("--slot-ms", type=float, default=500.0, help="pad each burst to a slot grid of this "
                         "period (a locked gang), 0 to run free")
