@@ -113,12 +113,20 @@ def volcano_job_with_group(cluster: Cluster, ns: str, replicas: int, gpus: int) 
     """A managed Volcano Job ``vj`` of one task and the PodGroup vc-controller-manager makes for it (the Job's
     annotations, owned by the Job, Pending until enqueued); the group's name."""
     template = b.pod(ns, "unused", "vj", gpus=gpus, gates=(), with_profile=False)
-    job = cluster.k.create(kube.VOLCANO_JOBS, {
-        "apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job",
-        "metadata": {"name": "vj", "namespace": ns, "annotations": {api.MODEL: "resnet50"}},
-        "spec": {"schedulerName": "volcano", "queue": "default", "tasks": [{
-            "name": "worker", "replicas": replicas, "template": {"spec": {
-                "containers": template["spec"]["containers"], "restartPolicy": "Never"}}}]}}, ns)
+    body = {"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job",
+            "metadata": {"name": "vj", "namespace": ns, "annotations": {api.MODEL: "resnet50"}},
+            "spec": {"schedulerName": "volcano", "queue": "default", "tasks": [{
+                "name": "worker", "replicas": replicas, "template": {"spec": {
+                    "containers": template["spec"]["containers"], "restartPolicy": "Never"}}}]}}
+
+    def webhook_in_effect() -> bool:
+        # The API server calls a webhook only once its own watch has the new configuration: a create sent
+        # before that is admitted unmutated (seen once in CI). A dry run (our webhook has no side effects) tells.
+        out = cluster.k.request("POST", kube.VOLCANO_JOBS.path(ns), body=body, query=[("dryRun", "All")])
+        return api.POD_CONSTRAINTS in objects.annotations_of(out)
+
+    wait_until(webhook_in_effect, 30, "the webhook configuration in effect")
+    job = cluster.k.create(kube.VOLCANO_JOBS, body, ns)
     assert json.loads(objects.annotations_of(job)[api.POD_CONSTRAINTS]) == [{}]
     group = f"vj-{job['metadata']['uid']}"
     cluster.k.create(kube.PODGROUPS, {
