@@ -109,24 +109,20 @@ def test_pods_of_a_decided_gang_are_created_placed_and_never_patched(
         cluster.k.request("DELETE", kube.MUTATING_WEBHOOKS.path(None, hook))
 
 
-def volcano_job_with_group(cluster: Cluster, ns: str, replicas: int, gpus: int) -> str:
-    """A managed Volcano Job ``vj`` of one task and the PodGroup vc-controller-manager makes for it (the Job's
-    annotations, owned by the Job, Pending until enqueued); the group's name."""
+def volcano_job(ns: str, replicas: int, gpus: int) -> JSON:
+    """A managed Volcano Job ``vj`` of one task of ``replicas`` pods of ``gpus`` GPUs."""
     template = b.pod(ns, "unused", "vj", gpus=gpus, gates=(), with_profile=False)
-    body = {"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job",
+    return {"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job",
             "metadata": {"name": "vj", "namespace": ns, "annotations": {api.MODEL: "resnet50"}},
             "spec": {"schedulerName": "volcano", "queue": "default", "tasks": [{
                 "name": "worker", "replicas": replicas, "template": {"spec": {
                     "containers": template["spec"]["containers"], "restartPolicy": "Never"}}}]}}
 
-    def webhook_in_effect() -> bool:
-        # The API server calls a webhook only once its own watch has the new configuration: a create sent
-        # before that is admitted unmutated (seen once in CI). A dry run (our webhook has no side effects) tells.
-        out = cluster.k.request("POST", kube.VOLCANO_JOBS.path(ns), body=body, query=[("dryRun", "All")])
-        return api.POD_CONSTRAINTS in objects.annotations_of(out)
 
-    wait_until(webhook_in_effect, 30, "the webhook configuration in effect")
-    job = cluster.k.create(kube.VOLCANO_JOBS, body, ns)
+def volcano_job_with_group(cluster: Cluster, ns: str, replicas: int, gpus: int) -> str:
+    """A managed Volcano Job ``vj`` of one task and the PodGroup vc-controller-manager makes for it (the Job's
+    annotations, owned by the Job, Pending until enqueued); the group's name."""
+    job = cluster.k.create(kube.VOLCANO_JOBS, volcano_job(ns, replicas, gpus), ns)
     assert json.loads(objects.annotations_of(job)[api.POD_CONSTRAINTS]) == [{}]
     group = f"vj-{job['metadata']['uid']}"
     cluster.k.create(kube.PODGROUPS, {
@@ -152,7 +148,7 @@ def pods_as_volcano_creates(ns: str, group: str, replicas: int, gpus: int) -> li
 
 
 def register_volcano(cluster: Cluster, ns: str, url: str, ca_pem: bytes) -> str:
-    """Our webhook for this namespace's Volcano Jobs, PodGroups and pods, as the chart registers it."""
+    """Our webhook for this namespace's Volcano Jobs, PodGroups and pods, as the chart registers it, once in effect."""
     import base64
 
     name = f"placed-vc-{cluster.tag}"
@@ -170,6 +166,15 @@ def register_volcano(cluster: Cluster, ns: str, url: str, ca_pem: bytes) -> str:
                                  "resources": ["jobs"], "operations": ["CREATE"]},
                                 {"apiGroups": ["scheduling.volcano.sh"], "apiVersions": ["v1beta1"],
                                  "resources": ["podgroups"], "operations": ["CREATE"]}]}]})
+
+    def in_effect() -> bool:
+        # The API server calls a webhook only once its own watch has the new configuration: a create sent
+        # before that is admitted unmutated (seen once in CI). A dry run (our webhook has no side effects) tells.
+        out = cluster.k.request("POST", kube.VOLCANO_JOBS.path(ns), body=volcano_job(ns, replicas=1, gpus=1),
+                                query=[("dryRun", "All")])
+        return api.POD_CONSTRAINTS in objects.annotations_of(out)
+
+    wait_until(in_effect, 30, "the webhook configuration in effect")
     return name
 
 
