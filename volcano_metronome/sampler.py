@@ -34,6 +34,7 @@ class Recording:
     seconds: float  # from the first sample to the last
     asked_hz: float
     longest_gap_ms: float
+    skipped: int = 0  # ticks of the schedule a stall made impossible; samples + skipped is every tick due
 
     @property
     def achieved_hz(self) -> float:
@@ -66,15 +67,14 @@ def record(path: pathlib.Path, hz: float, seconds: float, out: TextIO, *, interf
     if not 0.0 < seconds <= MAX_SECONDS:
         raise InvalidInput("--seconds", seconds, f"a duration in (0, {MAX_SECONDS:g}] seconds")
     period = 1.0 / hz
+    ticks = int(seconds * hz + 1e-9) + 1  # due at start + k * period for k = 0 .. ticks - 1
     out.write(HEADER + "\n")
     fd = os.open(path, os.O_RDONLY)
     try:
         start = clock()
-        tick, samples, first, last, longest = 0, 0, start, start, 0.0
-        while True:
+        tick, samples, skipped, first, last, longest = 0, 0, 0, start, start, 0.0
+        while tick < ticks:
             due = start + tick * period
-            if due - start > seconds + 1e-9:
-                break
             wait = due - clock()
             if wait > 0:
                 sleep(wait)
@@ -87,7 +87,9 @@ def record(path: pathlib.Path, hz: float, seconds: float, out: TextIO, *, interf
                 first = now
             samples, last = samples + 1, now
             # After a stall, go on from the next tick still ahead rather than firing the missed ones at once.
-            tick = max(tick + 1, int((clock() - start) / period) + 1)
+            ahead = max(tick + 1, int((clock() - start) / period) + 1)
+            skipped += min(ahead, ticks) - tick - 1
+            tick = ahead
     finally:
         os.close(fd)
-    return Recording(interface or path.parent.parent.name, samples, last - first, hz, longest * 1000.0)
+    return Recording(interface or path.parent.parent.name, samples, last - first, hz, longest * 1000.0, skipped)

@@ -117,7 +117,7 @@ def _record(args: argparse.Namespace) -> int:
             raise MetronomeError(f"cannot read {exc.filename or path}: {exc.strerror}") from None
     print(f"recorded {done.samples} samples of {done.interface} tx_bytes over {done.seconds:.3f} s: "
           f"{done.achieved_hz:.1f} Hz achieved ({done.asked_hz:g} Hz asked), longest gap "
-          f"{done.longest_gap_ms:.2f} ms -> {out}", file=sys.stderr)
+          f"{done.longest_gap_ms:.2f} ms, {done.skipped} ticks skipped -> {out}", file=sys.stderr)
     return 0
 
 
