@@ -270,6 +270,19 @@ def test_from_dir_refuses_garbage_at_start_and_ignores_it_later(tmp_path: pathli
     assert waited == pytest.approx(50.0) and m.period_ms == 200.0  # the previous slot stays
 
 
+def test_from_dir_names_an_unreadable_timing_file_and_keeps_the_slot(tmp_path: pathlib.Path) -> None:
+    (tmp_path / "period-ms").write_bytes(b"\xff200")
+    with pytest.raises(InvalidInput, match=r"period-ms: got b'\\xff200', expected UTF-8 text"):
+        Metronome.from_dir(tmp_path)
+    for name, value in zip(SLOT_FILES, ("200", "50", "0")):
+        (tmp_path / name).write_text(value)
+    m = follow(tmp_path, Clock(100.0))
+    os.remove(tmp_path / "offset-ms")
+    (tmp_path / "offset-ms").mkdir()  # not a file any more: read fails with an OSError other than "missing"
+    with pytest.warns(RuntimeWarning, match="offset-ms: got 'Is a directory', expected a readable file"):
+        assert m.wait() == pytest.approx(50.0) and m.offset_ms == 50.0  # the training step goes on, on its slot
+
+
 @settings(deadline=None)
 @given(st.lists(st.tuples(st.floats(0.0, 3.0), st.booleans()), min_size=1, max_size=30),
        st.sampled_from([0.2, 0.25, 0.39]), st.floats(0.0, 0.2))

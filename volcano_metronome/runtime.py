@@ -220,11 +220,15 @@ class SlotFiles:
         texts: list[str] = []
         for name in SLOT_FILES:
             try:
-                texts.append((base / name).read_text())
+                texts.append((base / name).read_text(encoding="utf-8"))
             except FileNotFoundError:
                 if isinstance(version, str):
                     return None  # swapped again while reading: the next call reads the newer set
                 texts.append("")
+            except UnicodeDecodeError as exc:
+                raise InvalidInput(str(self.path / name), exc.object[:40], "UTF-8 text: a number of milliseconds") from None
+            except OSError as exc:
+                raise InvalidInput(str(self.path / name), exc.strerror, "a readable file") from None
         self._seen = version
         period, offset, epoch = (str(self.path / name) for name in SLOT_FILES)
         return parse_timing(dict(zip((period, offset, epoch), texts)), (period, offset, epoch))

@@ -40,6 +40,19 @@ def test_connect_without_credentials_says_what_to_do(monkeypatch: pytest.MonkeyP
         kube.connect(str(tmp_path / "missing"))
 
 
+@pytest.mark.parametrize(("text", "message"), [
+    ("a: [1\n", "not valid YAML: while parsing a flow sequence"),
+    ("- 1\n- 2\n", "not a kubeconfig (expected a mapping with clusters, contexts and users)"),
+    ("clusters: 5\n", "not a kubeconfig"),
+    ("kind: Config\n", "Expected key current-context"),
+])
+def test_connect_names_a_broken_kubeconfig(tmp_path: Any, text: str, message: str) -> None:
+    (tmp_path / "config").write_text(text)
+    with pytest.raises(kube.KubeError) as caught:
+        kube.connect(str(tmp_path / "config"))
+    assert str(caught.value).startswith(f"kubeconfig {str(tmp_path / 'config')!r}: ") and message in str(caught.value)
+
+
 def pod(name: str, rv: int) -> dict[str, Any]:
     return {"metadata": {"name": name, "namespace": "ns", "resourceVersion": str(rv)}}
 

@@ -96,6 +96,15 @@ def test_demo_writes_report_and_plots(tmp_path: pathlib.Path, capsys: pytest.Cap
     assert {p.name for p in (tmp_path / "r").glob("*.png")} == {"jct_cdf.png", "busiest_link.png", "tdm_circle.png"}
 
 
+@pytest.mark.parametrize("command", ["simulate", "plan"])
+def test_a_scenario_file_that_is_not_utf8_is_named_not_a_traceback(command: str, tmp_path: pathlib.Path,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "s.yaml"
+    path.write_bytes(b"name: x\n\xff\xfe")
+    assert main([command, str(path)]) == 2
+    assert f"cannot read {path}: not UTF-8 text (invalid start byte at byte 8)" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize(("argv", "message"), [
     (["simulate", "no-such-scenario"], "cannot read no-such-scenario: no such file, and no built-in scenario"),
     (["simulate", "sanity-2jobs", "--policies", "kube"], "--policies: got 'kube', expected one of default"),

@@ -27,6 +27,8 @@ def read_yaml(path: str | pathlib.Path) -> Any:
         text = p.read_text(encoding="utf-8")
     except OSError as exc:
         raise MetronomeError(f"cannot read {p}: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise MetronomeError(f"cannot read {p}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     return _parse_yaml(text, str(p))
 
 

@@ -16,6 +16,7 @@ import uuid
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import urllib3
+import yaml
 from kubernetes import client as k8s_client
 from kubernetes import config as k8s_config
 
@@ -273,7 +274,12 @@ def connect(kubeconfig: str | None = None, *, context: str | None = None, qps_po
         try:
             k8s_config.load_kube_config(  # type: ignore[no-untyped-call]
                 config_file=path, context=context, client_configuration=cfg, persist_config=False)
-        except (k8s_config.ConfigException, OSError, ValueError, TypeError) as exc:
+        except yaml.YAMLError as exc:
+            raise KubeError(f"kubeconfig {path!r}: not valid YAML: {exc}") from None
+        except (TypeError, AttributeError) as exc:  # the client indexes whatever the YAML held
+            raise KubeError(f"kubeconfig {path!r}: not a kubeconfig (expected a mapping with clusters, contexts "
+                            f"and users): {exc}") from None
+        except (k8s_config.ConfigException, OSError, ValueError) as exc:
             raise KubeError(f"kubeconfig {path!r}: {exc}") from None
     else:
         try:
