@@ -55,6 +55,7 @@ def sanity() -> dict:
 
 @pytest.mark.parametrize("mutate, field, expected", [
     (lambda d: d["jobs"][1].update(workers=0), "jobs[1].workers", "an integer >= 1"),
+    (lambda d: d["jobs"][1].update(iterations=10**12), "jobs[1].iterations", "an integer in [1, 1000000]"),
     (lambda d: d["jobs"][0]["profile"].update(period_ms=-5), "jobs[0].profile.period_ms", "(0, 3600000]"),
     (lambda d: d["jobs"][2].update(model="resnet5O"), "jobs[2].model", "a catalog model"),
     (lambda d: d["jobs"][0].update(model="resnet50"), "jobs[0]", "exactly one of profile or model"),
@@ -63,6 +64,8 @@ def sanity() -> dict:
     (lambda d: d.update(jobz=[]), "jobz", "one of the scenario keys"),
     (lambda d: d["jobs"][1].update(name="a"), "jobs[1].name", "a name no other job has"),
     (lambda d: d.update(policy={"ordering": "Random"}), "policy.ordering", "StrictPriority"),
+    (lambda d: d.update(policy={"ordering": {"a": 1}}), "policy.ordering", "StrictPriority"),  # unhashable
+    (lambda d: d["topology"].update(gpu=["h100"], mfu=0.4), "topology.gpu", "one of a100"),
     (lambda d: d["jobs"][0]["profile"]["windows"][0].update(len_ms=150), "jobs[0].profile.windows[0].len_ms",
      "start_ms + len_ms <= period_ms=200"),
 ])

@@ -59,6 +59,8 @@ def test_queue_policy_maps_to_core_policy() -> None:
     assert not view.reoptimization.enabled
     bad = queuepolicy.parse(b.queue_policy("bad", ordering="Random"), grid, 100.0)
     assert "spec.ordering" in bad.error and "Random" in bad.error
+    listed = queuepolicy.parse(b.queue_policy("listed", ordering=["FIFO"]), grid, 100.0)  # a list is refused, not hashed
+    assert "spec.ordering: got ['FIFO'], expected one of" in listed.error
     catch_all = queuepolicy.parse(b.queue_policy("all"), grid, 100.0)
     assert queuepolicy.select([view, catch_all, bad], volcano_queue="q1") is view
     assert queuepolicy.select([view, catch_all, bad], volcano_queue="other") is catch_all

@@ -45,3 +45,11 @@ def test_mapping_names_the_unknown_key_under_its_parent():
     with pytest.raises(InvalidInput) as err:
         fields.mapping([1], "", {"a"})
     assert err.value.field == "settings"
+
+
+@pytest.mark.parametrize("value", ["Random", 1, None, ["FIFO"], {"FIFO": 1}])
+def test_choice_refuses_anything_but_one_of_the_strings(value):
+    with pytest.raises(InvalidInput) as caught:
+        fields.choice(value, "policy.ordering", ["FIFO", "StrictPriority"])
+    assert str(caught.value) == f"policy.ordering: got {value!r}, expected one of FIFO, StrictPriority"
+    assert fields.choice("FIFO", "policy.ordering", ["FIFO", "StrictPriority"]) == "FIFO"

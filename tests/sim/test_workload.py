@@ -62,7 +62,8 @@ def test_a_scenario_with_neither_jobs_nor_generate_is_refused() -> None:
 
 
 @pytest.mark.parametrize(("path", "value", "message"), [
-    ("generate.count", 0, r"^generate.count: got 0, expected an integer >= 1"),
+    ("generate.count", 0, r"^generate.count: got 0, expected an integer in \[1, 100000\]"),
+    ("generate.count", 10**12, r"^generate.count: got 1000000000000, expected an integer in \[1, 100000\]"),
     ("generate.arrival.process", "bursty", r"^generate.arrival.process: got 'bursty', expected one of poisson"),
     ("generate.arrival.rate_per_min", -1, r"^generate.arrival.rate_per_min: got -1, expected a number > 0"),
     ("generate.mix", {"resnet51": 1}, r"^generate.mix.resnet51: got 'resnet51', expected a catalog model, one of"),
@@ -70,7 +71,8 @@ def test_a_scenario_with_neither_jobs_nor_generate_is_refused() -> None:
     ("generate.mix", [], r"^generate.mix: got \[\], expected a non-empty mapping of choice to weight"),
     ("generate.workers", [2, 17], r"^generate.workers.17.workers: got 17, expected a gang that fits the cluster's 16 GPUs"),
     ("generate.gpus_per_worker", 8, r"^generate.workers.2.gpus_per_worker: got 8, expected at most the 4 GPUs of one node"),
-    ("generate.iterations", [20, 10], r"^generate.iterations\[1\]: got 10, expected an integer >= 20"),
+    ("generate.iterations", [20, 10], r"^generate.iterations\[1\]: got 10, expected an integer in \[20, 1000000\]"),
+    ("generate.iterations", [20, 10**12], r"^generate.iterations\[1\]: got 1000000000000, expected an integer in \[20, 1000000\]"),
     ("generate.iterations", 5, r"^generate.iterations: got 5, expected a range \[min, max\]"),
     ("generate.priorities", {"high": 1}, r"^generate.priorities.high: got 'high', expected an integer choice"),
     ("generate.speed", 1, r"^generate.speed: got 1, expected one of \["),

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
 from volcano_metronome.core.errors import InvalidInput
-from volcano_metronome.core.fields import number
+from volcano_metronome.core.fields import choice, number
 from volcano_metronome.core.profile import Profile, Window
 
 
@@ -96,8 +96,7 @@ def compute_scale(entry: CatalogEntry, gpu: str | None, mfu: float | None) -> fl
     """How much longer (> 1) or shorter compute lasts on ``gpu`` at ``mfu`` than in ``entry``'s derivation."""
     if gpu is None:
         return 1.0
-    if gpu not in GPU_PEAK_TFLOPS:
-        raise InvalidInput("topology.gpu", gpu, f"one of {', '.join(GPU_PEAK_TFLOPS)}")
+    choice(gpu, "topology.gpu", GPU_PEAK_TFLOPS)
     if mfu is None or not 0.0 < mfu <= 1.0:
         raise InvalidInput("topology.mfu", mfu, "a model-FLOPs utilisation in (0, 1]")
     return entry.reference_tflops / (GPU_PEAK_TFLOPS[gpu] * mfu)

@@ -64,9 +64,8 @@ def _parse(obj: Mapping[str, Any], name: str, generation: int, grid: SlotGrid, n
     spec = obj.get("spec") or {}
     where = f"QueuePolicy {name}: spec"
     defaults = Policy()
-    ordering = spec.get("ordering", defaults.ordering.value)
-    if ordering not in {o.value for o in Ordering}:
-        raise InvalidInput(f"{where}.ordering", ordering, f"one of {', '.join(o.value for o in Ordering)}")
+    ordering = fields.choice(spec.get("ordering", defaults.ordering.value), f"{where}.ordering",
+                             (o.value for o in Ordering))
     policy = Policy(
         ordering=Ordering(ordering),
         aging_per_minute=_num(spec, "agingPerMinute", defaults.aging_per_minute, where),

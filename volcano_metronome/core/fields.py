@@ -77,6 +77,14 @@ def string(value: Any, field: str, allow_empty: bool = False) -> str:
     return value
 
 
+def choice(value: Any, field: str, options: Iterable[str]) -> str:
+    """One of the strings ``options`` (a list or a mapping given as the value is refused, not hashed)."""
+    allowed = list(options)
+    if not isinstance(value, str) or value not in allowed:
+        raise InvalidInput(field, value, f"one of {', '.join(allowed)}")
+    return value
+
+
 def _number_form(minimum: float | None, maximum: float | None, above: float | None) -> str:
     if minimum is not None and maximum is not None:
         return f"a number in [{minimum:g}, {maximum:g}]"

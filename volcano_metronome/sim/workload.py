@@ -28,10 +28,12 @@ from volcano_metronome.catalog import Catalog
 from volcano_metronome.core.errors import InvalidInput
 from volcano_metronome.core import fields
 from volcano_metronome.core.profile import Profile
-from volcano_metronome.scenario import JobSpec, Scenario, parse
+from volcano_metronome.scenario import MAX_ITERATIONS, JobSpec, Scenario, parse
 
 EXTRA_KEYS = frozenset({"description", "seeds", "generate", "execution"})
 ARRIVAL_PROCESSES = ("poisson",)
+#: Most jobs a ``generate`` block may draw (100 times the largest built-in scenario).
+MAX_GENERATED = 100_000
 
 
 @dataclass(frozen=True)
@@ -186,10 +188,10 @@ def parse_generate(data: Any, scenario: Scenario) -> Generate:
     iterations = data.get("iterations", [100, 100])
     if not (isinstance(iterations, list) and len(iterations) == 2):
         raise InvalidInput("generate.iterations", iterations, "a range [min, max] of whole iterations")
-    low = fields.integer(iterations[0], "generate.iterations[0]", 1)
-    high = fields.integer(iterations[1], "generate.iterations[1]", low)
+    low = fields.integer(iterations[0], "generate.iterations[0]", 1, MAX_ITERATIONS)
+    high = fields.integer(iterations[1], "generate.iterations[1]", low, MAX_ITERATIONS)
     return Generate(
-        count=fields.integer(data.get("count"), "generate.count", 1),
+        count=fields.integer(data.get("count"), "generate.count", 1, MAX_GENERATED),
         seed=fields.integer(data.get("seed", 0), "generate.seed", 0),
         rate_per_min=fields.positive(arrival.get("rate_per_min"), "generate.arrival.rate_per_min"),
         start_s=fields.nonnegative(arrival.get("start_s", 0.0), "generate.arrival.start_s"),
