@@ -226,7 +226,8 @@ class SlotFiles:
                     return None  # swapped again while reading: the next call reads the newer set
                 texts.append("")
             except UnicodeDecodeError as exc:
-                raise InvalidInput(str(self.path / name), exc.object[:40], "UTF-8 text: a number of milliseconds") from None
+                raise InvalidInput(str(self.path / name), exc.object[:40],
+                                   "UTF-8 text: a number of milliseconds") from None
             except OSError as exc:
                 raise InvalidInput(str(self.path / name), exc.strerror, "a readable file") from None
         self._seen = version

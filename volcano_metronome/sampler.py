@@ -23,6 +23,8 @@ SYS_CLASS_NET = pathlib.Path("/sys/class/net")
 MAX_HZ = 10_000.0
 #: Longest recording (a day).
 MAX_SECONDS = 86_400.0
+#: Rows keep microseconds (``profiling.trace.row``).
+ROW_RESOLUTION_S = 1e-6
 
 
 @dataclass(frozen=True)
@@ -34,7 +36,7 @@ class Recording:
     seconds: float  # from the first sample to the last
     asked_hz: float
     longest_gap_ms: float
-    skipped: int = 0  # ticks of the schedule a stall made impossible; samples + skipped is every tick due
+    skipped: int  # ticks of the schedule a stall made impossible; samples + skipped is every tick due
 
     @property
     def achieved_hz(self) -> float:
@@ -87,7 +89,12 @@ def record(path: pathlib.Path, hz: float, seconds: float, out: TextIO, *, interf
                 first = now
             samples, last = samples + 1, now
             # After a stall, go on from the next tick still ahead rather than firing the missed ones at once.
-            ahead = max(tick + 1, int((clock() - start) / period) + 1)
+            # "Ahead" by more than a row's microsecond: a tick due within it would repeat this row's time
+            # (a fake clock hit exactly that), and the parser refuses repeated times.
+            after = clock() - start
+            ahead = max(tick + 1, int(after / period) + 1)
+            while ahead * period <= after + ROW_RESOLUTION_S:
+                ahead += 1
             skipped += min(ahead, ticks) - tick - 1
             tick = ahead
     finally:
