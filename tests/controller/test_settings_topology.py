@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tests.controller import builders as b
-from volcano_metronome.controller import network, objects, observe, queuepolicy, settings
+from volcano_metronome.controller import gpus, network, objects, observe, queuepolicy, settings
 from volcano_metronome.controller.settings import DefaultCapacities, Settings
 from volcano_metronome.core.errors import InvalidInput
 from volcano_metronome.core.grid import SlotGrid
@@ -139,6 +139,13 @@ def test_quantities_and_pod_gpus() -> None:
                            {"resources": {"requests": {"nvidia.com/gpu": 1}}}],
             "initContainers": [{"resources": {"requests": {"nvidia.com/gpu": "4"}}}]}
     assert objects.container_gpus(spec, "nvidia.com/gpu") == 4
+
+    # Beyond a float, or huge: garbage (0) or held to MAX_COUNT, never an OverflowError that stops the cycle.
+    assert objects.quantity("1e309") == objects.quantity(10**400) == objects.quantity(float("inf")) == 0
+    huge = {"containers": [{"resources": {"limits": {"nvidia.com/gpu": "9" * 40}}}]}
+    assert objects.container_gpus(huge, "nvidia.com/gpu") == objects.MAX_COUNT
+    assert gpus.node_gpus(b.node("n", gpus=8) | {"status": {"allocatable": {"nvidia.com/gpu": "9" * 40}}},
+                          "nvidia.com/gpu")[0] == objects.MAX_COUNT
 
 
 def test_pinned_terms_only_narrow_existing_affinity() -> None:

@@ -36,7 +36,8 @@ def reservation(gang: GangView, index: Mapping[str, int]) -> tuple[tuple[int, in
 
 def node_gpus(node_obj: Mapping[str, Any], resource: str) -> tuple[int, bool]:
     """A node's allocatable GPUs and whether new pods may run there (schedulable and Ready)."""
-    alloc = int(objects.quantity(((node_obj.get("status") or {}).get("allocatable") or {}).get(resource, 0)))
+    alloc = min(int(objects.quantity(((node_obj.get("status") or {}).get("allocatable") or {}).get(resource, 0))),
+                objects.MAX_COUNT)
     ready = objects.condition(node_obj, "Ready")
     return alloc, not (node_obj.get("spec") or {}).get("unschedulable") and (
         ready is None or ready.get("status") == "True")

@@ -98,29 +98,34 @@ def same_conditions(a: Iterable[Mapping[str, Any]], b: Iterable[Mapping[str, Any
 
 
 # ------------------------------------------------------------------------------------------- quantities
+#: Most GPUs counted on one node or asked by one pod: far beyond any machine, and within the int64
+#: arrays the ledger and the core keep (a quantity such as "1e40" would not be).
+MAX_COUNT = 2**31 - 1
 _QUANTITY = re.compile(r"^([+-]?[0-9.]+(?:[eE][+-]?[0-9]+)?)([a-zA-Z]*)$")
 _SUFFIX = {"": 1.0, "m": 1e-3, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "E": 1e18,
            "Ki": 2.0**10, "Mi": 2.0**20, "Gi": 2.0**30, "Ti": 2.0**40, "Pi": 2.0**50, "Ei": 2.0**60}
 
 
 def quantity(value: Any) -> float:
-    """A Kubernetes resource quantity ("8", "500m", "1Ki", 4) as a number; 0 for garbage."""
+    """A Kubernetes resource quantity ("8", "500m", "1Ki", 4) as a number; 0 for garbage or beyond a float."""
     if isinstance(value, bool):
         return 0.0
-    if isinstance(value, (int, float)):
-        return float(value)
-    match = _QUANTITY.match(str(value).strip())
-    if not match or match.group(2) not in _SUFFIX:
-        return 0.0
     try:
-        return float(match.group(1)) * _SUFFIX[match.group(2)]
-    except ValueError:
+        if isinstance(value, (int, float)):
+            number = float(value)
+        else:
+            match = _QUANTITY.match(str(value).strip())
+            if not match or match.group(2) not in _SUFFIX:
+                return 0.0
+            number = float(match.group(1)) * _SUFFIX[match.group(2)]
+    except (ValueError, OverflowError):
         return 0.0
+    return number if math.isfinite(number) else 0.0
 
 
 def whole(value: float) -> int:
-    """Whole units of an extended resource (GPUs come in integers; round fractions up)."""
-    return int(math.ceil(value - 1e-9)) if value > 0 else 0
+    """Whole units of an extended resource (GPUs come in integers; round fractions up), at most ``MAX_COUNT``."""
+    return min(int(math.ceil(value - 1e-9)), MAX_COUNT) if value > 0 else 0
 
 
 # ----------------------------------------------------------------------------------------------- pods
