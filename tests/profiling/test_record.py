@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import io
-import math
 import json
+import math
 import os
 import pathlib
 import subprocess
