@@ -120,6 +120,16 @@ def test_priorities_decide_who_gets_scarce_gpus(fake: FakeApi) -> None:
     assert len(fake.events) == n
 
 
+def test_events_false_emits_no_event_not_even_no_fit(fake: FakeApi) -> None:
+    add_gang(fake, "low", 6, priority=10)
+    add_gang(fake, "high", 6, priority=1000)
+    ctl = Controller(fake, fake.stores(), Settings(write_concurrency=4, events=False), identity="test",
+                     clock=lambda: NOW)
+    converge(ctl)
+    assert objects.condition(claim_of(fake, "low"), "NoFit")["reason"] == "InsufficientGPUs"  # still reported
+    assert fake.events == []
+
+
 def test_gpus_of_placed_but_unbound_gangs_are_not_booked_twice(fake: FakeApi) -> None:
     add_gang(fake, "a", 5)
     ctl = controller(fake)

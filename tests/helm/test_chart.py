@@ -381,6 +381,21 @@ def test_the_programs_accept_the_rendered_settings(scenario: str) -> None:
     assert settings.leader_election.enabled
 
 
+def test_the_schema_takes_the_bounds_the_programs_take() -> None:
+    """Empty rack and zone labels (ignore them), tier 0 and a 0 Gbps threshold: valid to the programs and to
+    Volcano's CRDs (``highestTierAllowed`` minimum 0), so the schema must not refuse them; below those, both refuse."""
+    from volcano_metronome.admission import parse_settings
+    from volcano_metronome.controller.settings import parse as parse_controller_settings
+
+    values = {"webhook": {"config": {"tierLimit": {"enabled": True, "thresholdGbps": 0, "highestTierAllowed": 0}}},
+              "controller": {"config": {"rackLabel": "", "zoneLabel": ""}}}
+    webhook, controller = _settings(template(values))
+    assert parse_settings(webhook).tier_limit.highest_tier_allowed == 0
+    assert parse_controller_settings(controller).rack_label == ""
+    assert "minimum" in template_error({"webhook": {"config": {"tierLimit": {"highestTierAllowed": -1}}}})
+    assert "minimum" in template_error({"webhook": {"config": {"tierLimit": {"thresholdGbps": -1}}}})
+
+
 def test_chart_owned_controller_settings_cannot_be_overridden() -> None:
     for bad in ({"namespace": "elsewhere"}, {"healthPort": 9000}, {"leaderElection": {"leaseName": "mine"}}):
         assert "'not' failed" in template_error({"controller": {"config": bad}})

@@ -148,7 +148,7 @@ def plan(world: World, decided: Decided, settings: Settings, now_s: float,
             if settings.pods_timeout_s > 0 and podless.awaiting_pods(gang):  # a hold from now (decidedAt)
                 due = now_s + settings.pods_timeout_s
         elif isinstance(result, NoFit):
-            w = _no_fit(gang, result.reason, world, now_s, reported)
+            w = _no_fit(gang, result.reason, world, now_s, reported, settings.events)
         elif gang.placed and gang.claim is not None:
             lock = gang.uid in decided.locks
             by = decided.locks.get(gang.uid)
@@ -166,7 +166,7 @@ def plan(world: World, decided: Decided, settings: Settings, now_s: float,
             w = _follow(gang, gang.claim, move, settings, now_s, now_ms, lock=lock,
                         unlock=gang.uid in unlocks and not lock, why=why, period_ms=period_ms, shares=locker)
         elif not gang.placed and gang.profile is None and not gang.waiting_for:
-            w = _no_fit(gang, gang.profile_error, world, now_s, reported)
+            w = _no_fit(gang, gang.profile_error, world, now_s, reported, settings.events)
             cacheable = False  # whether it never fits depends on the cluster's GPUs, not on its view alone
         else:
             w = GangWrites(str(gang.key))  # waiting for its pods or its object: nothing to write
@@ -447,7 +447,8 @@ def _pod_set_update(pod_set: Mapping[str, Any], ann: Mapping[str, str | None], c
     return update
 
 
-def _no_fit(gang: GangView, reason: str, world: World, now_s: float, reported: Mapping[str, str]) -> GangWrites:
+def _no_fit(gang: GangView, reason: str, world: World, now_s: float, reported: Mapping[str, str],
+            events: bool) -> GangWrites:
     category = no_fit_category(reason)
     prior = gang.claim.conditions if gang.claim is not None else ()
     conds = objects.set_condition(prior, NOFIT, "True", category, reason, now_s)
@@ -460,7 +461,7 @@ def _no_fit(gang: GangView, reason: str, world: World, now_s: float, reported: M
     old = next((c for c in prior if c.get("type") == NOFIT), None)
     announced = (old is not None and old.get("message") == reason and old.get("status") == "True") or (
         reported.get(str(gang.key)) == reason)
-    if not announced:
+    if events and not announced:
         after.append(Event(regarding(gang), NOFIT, reason, "Warning"))
     if gang.check is not None and gang.obj is not None:
         state, message = ("Rejected" if category == UNDECIDABLE or _never_fits(gang, world) else "Retry"), reason
