@@ -205,12 +205,26 @@ def test_the_summary_counts_and_names_the_worst():
     assert math.isclose(summ["cpu_s"], 3.0)
 
 
+def test_the_summary_counts_seeds_and_their_mean_ratio_per_do_no_harm_target():
+    """Scenario a: 0.97 x volcano-topology on three seeds; b: 0.97, 1.01 (a miss) and 1.00."""
+    late = winning(**{"metronome": figures(101.0, 190.0, 0.02, 2.0)})
+    even = winning(**{"metronome": figures(100.0, 190.0, 0.02, 2.0)})
+    rows = [{"scenario": "a", "targets": regimes.verdicts(report(winning(), winning(), winning())), "cpu_s": 1.0},
+            {"scenario": "b", "targets": regimes.verdicts(report(winning(), late, even)), "cpu_s": 1.0}]
+    seeds = regimes.summary(rows)["per_seed"]["no_harm.avg_jct_s_vs_volcano-topology"]
+    assert seeds["met"] == 5 and seeds["seeds"] == 6
+    assert math.isclose(seeds["geometric_mean"], (0.97 ** 4 * 1.01 * 1.0) ** (1 / 6), abs_tol=1e-4)
+
+
 def test_an_earlier_run_s_json_gives_the_table_and_the_heat_map(quick, tmp_path):
     saved = tmp_path / "regimes.json"
-    saved.write_text(json.dumps({k: v for k, v in quick.items() if k != "_stderr"}))
+    older = {k: v for k, v in quick.items() if k != "_stderr"}
+    older["summary"] = {k: v for k, v in older["summary"].items() if k != "per_seed"}
+    saved.write_text(json.dumps(older))
     png = tmp_path / "map.png"
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         assert regimes.main(["--from", str(saved), "--plot", str(png)]) == 0
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "half-nodes-mixed-100g-quick" in out.getvalue() and "2 scenarios" in out.getvalue()
+    assert "per seed: met on" in out.getvalue()  # an older JSON without the per-seed summary gets it
