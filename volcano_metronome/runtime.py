@@ -29,7 +29,7 @@ slow step, a straggler), it goes at once and aims the next burst at the next slo
 absorbed by the next early arrival instead of shifting the schedule; later than that, the next slot
 is nearer than the missed one, and it waits for it. Going at once whatever the lateness let a
 collision last: two locked gangs thrown into each other's slots (a straggler) went late together,
-each stretched by the other and so late again at the next iteration, for good (docs/simulator.md,
+each stretched by the other and so late again at the next iteration, for good (docs/simulator-rounds.md,
 round 12). Half a period still let it last where bursts are long (a duty cycle of 0.35 or more):
 the lateness a collision leaves stays under half a period, the burst goes at once into the next
 gang's slot, and the two keep stretching each other (round 13). So after an iteration whose burst

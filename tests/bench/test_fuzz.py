@@ -15,7 +15,7 @@ from volcano_metronome.cli import main as cli_main
 from volcano_metronome.sim.workload import parse_sim
 
 #: Scenario 211 as the hand-run prototype wrote it (``yaml.safe_load`` of its file): the one where
-#: metronome's placements opened untouched racks (docs/simulator.md, round 11). The generator must
+#: metronome's placements opened untouched racks (docs/simulator-rounds.md, round 11). The generator must
 #: still draw it, so that a scenario named in a report stays reproducible by its index.
 S211 = {
     "name": "fuzz-211",

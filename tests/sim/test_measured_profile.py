@@ -50,7 +50,7 @@ def test_a_locked_pair_held_to_its_slow_end_never_collides(monkeypatch: pytest.M
 
     Since round 13 the helper stops a collision from lasting (0.3 % of running time lost to contention
     held to the mean, against 6.8 % with round 12's helper), and the pair is then faster held to the
-    mean than to the slow end (60.8 against 63.1 s): the slack's price, docs/simulator.md round 13.
+    mean than to the slow end (60.8 against 63.1 s): the slack's price, docs/simulator-rounds.md round 13.
     """
     report, _ = simulate(parse_sim(_pair(0.02)), ["metronome"], [0])
     ours = report["policies"]["metronome"]

@@ -168,7 +168,7 @@ def test_a_collision_does_not_become_the_gangs_steady_state(sanity: SimScenario,
     # burst 47 ms late into b's slot; the two stretch each other and each comes back later still. With
     # half a period allowed, that lateness never passes 100 ms before the other gang's makes it worse:
     # they collide on and off to the end (2.8 s of contention each, both ending 4.4 s late in a 20 s
-    # run; round 13 of docs/simulator.md). After a collision the helper allows a quarter period: 25 ms
+    # run; round 13 of docs/simulator-rounds.md). After a collision the helper allows a quarter period: 25 ms
     # of contention each, and both end on their grids.
     profile = Profile(197.0, (Window(117.0, 80.0, 100.0),), 0.0)
     jobs = [JobSpec(n, 0.0, 2, 1, 100, 0, profile) for n in ("a", "b")]

@@ -6,7 +6,7 @@ carries ``multiplier`` times the per-worker rate (``core.traffic``) caps that ra
 lasts longer and pushes the later windows and the period back; the simulator's fluid runs a gang
 alone the same way (``sim.engine.Job.alone_s``). Planned at its nominal rate, such a gang overflows
 its own links at every offset, so no offset is ever clean beside another gang and none is locked
-(round 11 of docs/simulator.md: racks of two nodes with 4:1 uplinks, no lock in 45 decisions);
+(round 11 of docs/simulator-rounds.md: racks of two nodes with 4:1 uplinks, no lock in 45 decisions);
 planned as it runs, its bursts interleave like any other's.
 """
 

@@ -540,7 +540,7 @@ def _local(snapshot: Snapshot, gang: Gang, scored: _Scored, policy: Policy, earl
     offset without overflow; else None.
 
     On a contended link, gangs whose periods do not divide one another sweep every relative phase over
-    their common hyperperiod, so no offset avoids their collisions (round 5 of docs/simulator.md: not one
+    their common hyperperiod, so no offset avoids their collisions (round 5 of docs/simulator-rounds.md: not one
     of 100 such decisions had one). The local snap (``SlotGrid.commensurate``) is the shortest grid period
     that divides or is a multiple of every contended neighbour's: the padding that commensurability
     requires, and no more. Whether the gang then locks is decided as at its grid snap (the lock must pay),

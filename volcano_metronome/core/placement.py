@@ -12,7 +12,7 @@ The bound on the work per decision is ``limit`` node sets (``Policy.max_candidat
    nodes with the least-loaded NICs first (roomiest first among equals): ranked after every binpack,
    so ``core.decision`` takes one only where it scores strictly better (with lock on demand, the
    default: a strictly lower expected cost; without it, as between racks: fit, overflow, then a lower
-   peak), and a tie keeps the binpack (round 7 of docs/simulator.md; a fill of the emptiest nodes taken whatever the
+   peak), and a tie keeps the binpack (round 7 of docs/simulator-rounds.md; a fill of the emptiest nodes taken whatever the
    collisions fragmented partly used nodes and queued later gangs longer). A domain that holds no gang
    (``busy``) is offered only where the first, Volcano's, is untouched too: binpacking keeps such domains
    whole for the gangs that need one (round 11). Up to two *spanning*

@@ -47,7 +47,7 @@ class Cassini(SimPolicy):
     # CASSINI takes the rotation with the least overflow, not one without, so its bursts collide by design
     # and the helper's premise after a collision (an accident the quarter-period bound ends) does not hold:
     # it keeps half a period (with the bound: better on 5 of 12 seeds tried, by up to 1.4 %, worse on 7, by
-    # up to 3.9 %; docs/simulator.md round 13).
+    # up to 3.9 %; docs/simulator-rounds.md round 13).
     collision_aware = False
 
     def __init__(self, ctx: Context) -> None:
