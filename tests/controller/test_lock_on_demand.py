@@ -242,6 +242,25 @@ def test_the_reoptimisation_pass_unlocks_a_gang_left_alone(fake: FakeApi) -> Non
     assert plan.writes == 0
 
 
+def test_without_any_queue_policy_the_built_in_one_re_optimises_every_60_s(fake: FakeApi) -> None:
+    """The built-in policy is the CRD's defaults, re-optimisation included: its locked gangs are unlocked too."""
+    add_gang(fake, "a")
+    add_gang(fake, "b")
+    mono = [0.0]
+    ctl = controller(fake, mono=mono)
+    converge(ctl)
+    assert claim(fake, "a")["status"]["locked"] and claim(fake, "b")["status"]["locked"]
+    remove_gang(fake, "b")
+    converge(ctl)
+    mono[0] = 59.0
+    plan, _ = ctl.cycle()
+    assert plan.writes == 0 and claim(fake, "a")["status"]["locked"] is True
+    mono[0] = 61.0
+    plan, outcome = ctl.cycle()
+    assert [g.transition for g in plan.gangs if g.transition] == [UNLOCKED] and outcome.unlocked
+    assert claim(fake, "a")["status"]["locked"] is False
+
+
 def test_gangs_whose_bursts_cannot_collide_stay_free_through_cycles_and_passes(fake: FakeApi) -> None:
     """Sharing a NIC at 40 + 50 Gbps of 100: no phase of theirs can overflow it, so neither is locked, and
     the rule that locks gangs left unlocked agrees with the rule that unlocks them (no flip-flop)."""

@@ -130,7 +130,9 @@ def test_what_moved_names_period_duty_and_rate() -> None:
 
 @pytest.mark.parametrize("spec, field", [({"profilePolicy": "ignore"}, "spec.profilePolicy"),
                                          ({"profileTolerance": {"rate": "x"}}, "spec.profileTolerance.rate"),
-                                         ({"profileTolerance": [1]}, "spec.profileTolerance")])
+                                         ({"profileTolerance": [1]}, "spec.profileTolerance"),
+                                         ({"profileTolerance": {"duty": 1.5}}, "spec.profileTolerance.duty"),
+                                         ({"profileTolerance": {"period": 11}}, "spec.profileTolerance.period")])
 def test_bad_settings_name_the_field(spec: dict[str, Any], field: str) -> None:
     with pytest.raises(InvalidInput) as caught:
         profile_policy(b.queue_policy("p", **spec))

@@ -67,6 +67,23 @@ def test_queue_policy_maps_to_core_policy() -> None:
     assert queuepolicy.select([bad]) is None
 
 
+@pytest.mark.parametrize("spec, field", [
+    ({"agingPerMinute": -1}, "spec.agingPerMinute"),
+    ({"priorityWeight": -0.5}, "spec.priorityWeight"),
+    ({"cushionSlots": 101}, "spec.cushionSlots"),
+    ({"overflowTolerance": 1.5}, "spec.overflowTolerance"),
+    ({"maxCandidates": 0}, "spec.maxCandidates"),
+    ({"reoptimization": {"enabled": "false"}}, "spec.reoptimization.enabled"),
+    ({"reoptimization": {"intervalSeconds": 5}}, "spec.reoptimization.intervalSeconds"),
+    ({"reoptimization": {"maxMovesPerCycle": 10001}}, "spec.reoptimization.maxMovesPerCycle"),
+])
+def test_a_queue_policy_out_of_its_crd_s_bounds_is_refused_naming_the_field(spec: dict, field: str) -> None:
+    """The API server enforces the CRD; the parser holds to the same bounds (objects written before a CRD
+    upgrade, the in-memory API of the tests) and names the field as the user wrote it."""
+    view = queuepolicy.parse(b.queue_policy("q", **spec), SlotGrid(), 100.0)
+    assert view.error.startswith(f"QueuePolicy q: {field}: got ")
+
+
 def test_topology_from_labels_capacities_and_hypernodes() -> None:
     nodes = [b.node(f"n{i}", rack=f"r{i // 2}", labels={"zone": f"z{i // 4}"}) for i in range(8)]
     caps = DefaultCapacities(100, {1: 400, 2: 800})

@@ -14,6 +14,7 @@ from typing import Callable, Mapping, Sequence
 import numpy as np
 
 from volcano_metronome.controller.views import World
+from volcano_metronome.controller.queuepolicy import Reoptimization
 from volcano_metronome.controller.settings import Settings
 from volcano_metronome.core.cycle import commit
 from volcano_metronome.core.decision import Decision, NoFit
@@ -173,7 +174,7 @@ def reoptimise_running(world: World, settings: Settings, due: Sequence[str],
     unlocks: list[str] = []
     for name in sorted(due):
         view = next((p for p in world.policies if p.name == name), None)
-        max_moves = view.reoptimization.max_moves if view is not None else 4
+        max_moves = (view.reoptimization if view is not None else Reoptimization()).max_moves
         frozen = frozenset(uid for uid in snap.placed
                            if owner.get(uid) != name or uid in fresh or uid in decided.relocations
                            or uid in decided.periods)  # laid out by this cycle's decisions

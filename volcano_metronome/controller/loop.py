@@ -5,7 +5,8 @@ maybe re-optimise (moves, and unlocking gangs left with no contended link), plan
 run when an informer reports a change (after a short debounce that batches bursts of events),
 after a failed write (with backoff), and every
 ``resyncSeconds`` regardless. Re-optimisation runs per QueuePolicy every ``intervalSeconds`` when
-enabled, and for every such policy when the network changes.
+enabled, and for every such policy when the network changes; gangs no QueuePolicy governs get the
+built-in policy's pass (the CRD's defaults).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from volcano_metronome.controller.loads import RunningLoads
 from volcano_metronome.controller.observe import Observer, observe
 from volcano_metronome.controller.views import Changed, Inputs, World
 from volcano_metronome.controller.quiet import Quiet
+from volcano_metronome.controller.queuepolicy import DEFAULT_NAME, Reoptimization
 from volcano_metronome.controller.writes import Event, Plan
 from volcano_metronome.controller.settings import Settings
 from volcano_metronome.controller.writer import Api, Outcome, Writer
@@ -231,15 +233,18 @@ class Controller:
         fingerprint = self._fingerprinted[1]
         changed = self._network is not None and fingerprint != self._network
         self._network = fingerprint
+        # Gangs no QueuePolicy governs run under the built-in policy, whose re-optimisation is the CRD's default.
+        policies = [(v.name, v.reoptimization) for v in world.policies if not v.error]
+        if any(g.policy == DEFAULT_NAME and g.placed and not g.finished for g in world.gangs):
+            policies.append((DEFAULT_NAME, Reoptimization()))
         due = []
-        for view in world.policies:
-            r = view.reoptimization
-            if not r.enabled or view.error:
+        for name, r in policies:
+            if not r.enabled:
                 continue
-            last = self._last_reopt.setdefault(view.name, now)
+            last = self._last_reopt.setdefault(name, now)
             if changed or now - last >= r.interval_s:
-                due.append(view.name)
-                self._last_reopt[view.name] = now
+                due.append(name)
+                self._last_reopt[name] = now
         return due
 
     def _record(self, world: World, plan: Plan, outcome: Outcome, results: Mapping[str, Decision | NoFit],

@@ -29,6 +29,7 @@ from volcano_metronome.controller.metrics import Metrics
 from volcano_metronome.controller.views import ClaimView, GangKey, GangView, World
 from volcano_metronome.controller.writes import ClaimStatus, Event, GangWrites, Plan
 from volcano_metronome.controller.settings import Settings
+from volcano_metronome.core import fields
 from volcano_metronome.core.errors import InvalidInput
 from volcano_metronome.core.profile import Profile
 from volcano_metronome.shapes import JSON
@@ -73,10 +74,9 @@ def profile_policy(obj: Mapping[str, Any]) -> ProfilePolicy:
     base = Tolerance()
     values = {}
     for key in ("period", "duty", "rate"):
-        value = raw.get(key, getattr(base, key))
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 10:
-            raise InvalidInput(f"{where}.profileTolerance.{key}", value, "a fraction >= 0")
-        values[key] = float(value)
+        # The CRD's bounds: duty is an absolute change of a fraction, the others relative changes.
+        values[key] = fields.number(raw.get(key, getattr(base, key)), f"{where}.profileTolerance.{key}",
+                                    minimum=0.0, maximum=1.0 if key == "duty" else 10.0)
     return ProfilePolicy(mode, Tolerance(**values))
 
 

@@ -68,11 +68,11 @@ def _parse(obj: Mapping[str, Any], name: str, generation: int, grid: SlotGrid, n
                              (o.value for o in Ordering))
     policy = Policy(
         ordering=Ordering(ordering),
-        aging_per_minute=_num(spec, "agingPerMinute", defaults.aging_per_minute, where),
-        priority_weight=_num(spec, "priorityWeight", defaults.priority_weight, where),
-        cushion_slots=_int(spec, "cushionSlots", defaults.cushion_slots, where),
-        overflow_tolerance=_num(spec, "overflowTolerance", defaults.overflow_tolerance, where),
-        max_candidates=_int(spec, "maxCandidates", defaults.max_candidates, where),
+        aging_per_minute=_num(spec, "agingPerMinute", defaults.aging_per_minute, where, 0.0),
+        priority_weight=_num(spec, "priorityWeight", defaults.priority_weight, where, 0.0),
+        cushion_slots=_int(spec, "cushionSlots", defaults.cushion_slots, where, 0, 100),
+        overflow_tolerance=_num(spec, "overflowTolerance", defaults.overflow_tolerance, where, 0.0, 1.0),
+        max_candidates=_int(spec, "maxCandidates", defaults.max_candidates, where, 1, 256),
         lock_on_demand=fields.boolean(spec.get("lockOnDemand", defaults.lock_on_demand),
                                       f"{where}.lockOnDemand"),
         grid=grid,
@@ -82,9 +82,9 @@ def _parse(obj: Mapping[str, Any], name: str, generation: int, grid: SlotGrid, n
         raise InvalidInput(f"{where}.reoptimization", reopt_raw, "a mapping {enabled, intervalSeconds, maxMovesPerCycle}")
     base = Reoptimization()
     reopt = Reoptimization(
-        enabled=bool(reopt_raw.get("enabled", base.enabled)),
-        interval_s=_num(reopt_raw, "intervalSeconds", base.interval_s, f"{where}.reoptimization"),
-        max_moves=_int(reopt_raw, "maxMovesPerCycle", base.max_moves, f"{where}.reoptimization"),
+        enabled=fields.boolean(reopt_raw.get("enabled", base.enabled), f"{where}.reoptimization.enabled"),
+        interval_s=float(_int(reopt_raw, "intervalSeconds", int(base.interval_s), f"{where}.reoptimization", 10, 86400)),
+        max_moves=_int(reopt_raw, "maxMovesPerCycle", base.max_moves, f"{where}.reoptimization", 0, 10000),
     )
     return QueuePolicyView(
         name=name,
@@ -131,20 +131,18 @@ def _names(value: Any, where: str) -> frozenset[str]:
     return frozenset(value)
 
 
-def _num(spec: Mapping[str, Any], key: str, default: float, where: str) -> float:
+def _num(spec: Mapping[str, Any], key: str, default: float, where: str, minimum: float,
+         maximum: float | None = None) -> float:
+    """``spec[key]`` within the CRD's bounds, the field named as the user wrote it."""
     value = spec.get(key, default)
     if isinstance(value, str):
         try:  # Kubernetes CRDs often carry fractions as strings (no floats in some schemas)
             value = float(value)
         except ValueError:
             pass
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise InvalidInput(f"{where}.{key}", value, "a number")
-    return float(value)
+    return fields.number(value, f"{where}.{key}", minimum=minimum, maximum=maximum)
 
 
-def _int(spec: Mapping[str, Any], key: str, default: int, where: str) -> int:
-    value = spec.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise InvalidInput(f"{where}.{key}", value, "an integer")
-    return value
+def _int(spec: Mapping[str, Any], key: str, default: int, where: str, minimum: int, maximum: int) -> int:
+    """``spec[key]`` within the CRD's bounds, the field named as the user wrote it."""
+    return fields.integer(spec.get(key, default), f"{where}.{key}", minimum, maximum)
