@@ -614,6 +614,35 @@ def test_values_schema_accepts_values_yaml() -> None:
         jsonschema.Draft7Validator(values_schema()).validate(merged(overrides))
 
 
+@pytest.mark.parametrize("config", [
+    {"slotMs": 0.05}, {"slotMs": 2000}, {"slotMs": 10},
+    {"maxHyperperiodMs": 0.5}, {"maxHyperperiodMs": 4_000_000}, {"maxHyperperiodMs": 50400},
+    {"defaultCapacities": {"nicGbps": 0.0001}}, {"defaultCapacities": {"nicGbps": 7000}},
+    {"defaultCapacities": {"nicGbps": 400}},
+    {"defaultCapacities": {"tierGbps": {"0": 100}}}, {"defaultCapacities": {"tierGbps": {"x": 100}}},
+    {"defaultCapacities": {"tierGbps": {"1": 2e6}}}, {"defaultCapacities": {"tierGbps": {"2": 800}}},
+    {"resyncSeconds": 0.5}, {"resyncSeconds": 1.5}, {"resyncSeconds": 100_000},
+])
+def test_the_schema_refuses_controller_settings_the_programs_refuse_and_only_those(config: dict[str, Any]) -> None:
+    """A value the schema lets through but a program refuses crash-loops a pod after ``helm install`` said yes.
+    The chart gives the controller's NIC rate to the webhook as its ``lineRateGbps``, so both must take it."""
+    from volcano_metronome.admission import parse_settings
+    from volcano_metronome.controller.settings import parse as parse_controller_settings
+    from volcano_metronome.core.errors import InvalidInput
+
+    def program_takes() -> bool:
+        try:
+            settings = parse_controller_settings(config)
+            parse_settings({"lineRateGbps": settings.default_capacities.nic_gbps,
+                            "maxHyperperiodMs": settings.max_hyperperiod_ms})
+        except InvalidInput:
+            return False
+        return True
+
+    schema = values_schema()["properties"]["controller"]["properties"]["config"]
+    assert jsonschema.Draft7Validator(schema).is_valid(config) == program_takes()
+
+
 def test_values_schema_mirrors_the_queue_policy_crd() -> None:
     crd = crd_schema.load_crds()["QueuePolicy"]
     spec = crd_schema.version_schema(crd)["properties"]["spec"]
@@ -762,6 +791,12 @@ def test_network_policies_open_only_the_served_ports_and_never_shut_out_the_api_
         {"ipBlock": {"cidr": "10.0.0.0/24"}}]
     assert not by_kind(template({"networkPolicy": {"enabled": False}}), "NetworkPolicy")
     assert "networkPolicy" in template_error({"networkPolicy": {"enabled": True, "webhookFrom": [{"cidr": "x"}]}})
+
+
+def test_an_agent_interval_shorter_than_its_sampling_is_refused_as_the_agent_refuses_it() -> None:
+    error = template_error(merged({"agent": {"enabled": True, "seconds": 60, "intervalSeconds": 30}}))
+    assert "agent.intervalSeconds (30) must be at least agent.seconds (60)" in error
+    template(merged({"agent": {"enabled": True, "seconds": 60, "intervalSeconds": 60}}))
 
 
 def test_the_node_agent_is_off_by_default_and_on_is_host_network_read_only_and_writes_only_claim_status() -> None:

@@ -53,7 +53,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--patch-webhook", metavar="NAME",
                         help="write the caBundle into this MutatingWebhookConfiguration (needs cluster credentials)")
     parser.add_argument("--kubeconfig", help="kubeconfig for --secret and --patch-webhook "
-                                             "(default: $KUBECONFIG, else in-cluster)")
+                                             "(default: $KUBECONFIG, ~/.kube/config outside a pod, else in-cluster)")
 
 
 def run(args: argparse.Namespace) -> int:

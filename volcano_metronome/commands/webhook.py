@@ -23,7 +23,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="ignored, kept for old command lines: gevent workers serve every connection in a "
                              "greenlet of their own")
     parser.add_argument("--config", help="settings YAML file (see docs/webhook.md); default: built-in defaults")
-    parser.add_argument("--kubeconfig", help="kubeconfig for the PodGroup/claim caches (default: in-cluster)")
+    parser.add_argument("--kubeconfig", help="kubeconfig for the PodGroup/claim caches (default: $KUBECONFIG, ~/.kube/config outside a pod, else the in-cluster service account)")
     parser.add_argument("--metrics-dir", help="directory for the worker processes' metric files "
                                               "(default $PROMETHEUS_MULTIPROC_DIR, else a new temporary directory)")
     parser.add_argument("--access-log", default="-", help="access log file, '-' for stdout (default), 'off' for none")
