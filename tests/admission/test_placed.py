@@ -117,6 +117,10 @@ def test_webhook_places_each_pod_where_the_controller_would(case):
     else:
         assert sorted(objects.pinned_nodes(p)[0] for p in placed) == sorted(
             n for n, m in zip(NODES, MEMBERS) for _ in range(m))
+    # Admitting a placed pod again (a later webhook changed it: reinvocationPolicy IfNeeded) changes nothing.
+    for p in placed:
+        again = admit(review(p, namespace=NS), ctx)
+        assert patched(p, again.review) == p, p["metadata"]["name"]
     # The controller finds nothing to write for them: no pod patch, no claim status.
     gang = gang_of(kind, name, c, placed)
     writes = reconcile._follow(gang, gang.claim, None, Settings(), 1000.0, 1e6)

@@ -67,7 +67,13 @@ def placement(pod: Mapping[str, Any], kind: str, name: str, namespace: str, ctx:
         return None
     nodes, members, ann = decided
     spec = pod.get("spec")
-    if not isinstance(spec, dict) or spec.get("nodeName") or _own_terms(spec):
+    if not isinstance(spec, dict) or spec.get("nodeName"):
+        return None
+    pinned = _pinned_by_us(spec)
+    if pinned is not None and set(pinned) <= set(nodes) and not spec.get("schedulingGates"):
+        # Placed at an earlier admission of this pod (reinvocation after another webhook changed it): kept as it is.
+        return Placement(pinned, ann, claim_name)
+    if _own_terms(spec):
         return None
     present = annotations_at(pod)
     if any(value is None and key in present for key, value in ann.items()):
@@ -109,6 +115,26 @@ def _decided(claim: Any, kind: str, name: str) -> tuple[tuple[str, ...], tuple[i
     if period <= 0 or not all(isinstance(n, str) and n for n in nodes):
         return None
     return tuple(nodes), counts, timing_annotations(period, offset, epoch, status.get("locked") is not False)
+
+
+def _pinned_by_us(spec: Mapping[str, Any]) -> tuple[str, ...] | None:
+    """The nodes of a required node affinity made only of the terms ``Placement.affinity`` writes; else None."""
+    affinity = spec.get("affinity") or {}
+    node = affinity.get("nodeAffinity") if isinstance(affinity, dict) else None
+    required = node.get("requiredDuringSchedulingIgnoredDuringExecution") if isinstance(node, dict) else None
+    terms = required.get("nodeSelectorTerms") if isinstance(required, dict) and len(required) == 1 else None
+    if not isinstance(terms, list) or not terms:
+        return None
+    nodes = []
+    for term in terms:
+        fields = term.get("matchFields") if isinstance(term, dict) and set(term) == {"matchFields"} else None
+        if not (isinstance(fields, list) and len(fields) == 1 and isinstance(fields[0], dict)
+                and fields[0].get("key") == NODE_NAME_FIELD and fields[0].get("operator") == "In"
+                and isinstance(fields[0].get("values"), list) and len(fields[0]["values"]) == 1
+                and isinstance(fields[0]["values"][0], str)):
+            return None
+        nodes.append(fields[0]["values"][0])
+    return tuple(nodes)
 
 
 def _own_terms(spec: Mapping[str, Any]) -> bool:
