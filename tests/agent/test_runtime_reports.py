@@ -11,6 +11,7 @@ import pytest
 from tests.agent.test_agent import NOW, claim, run_round
 from tests.profiling.synth import Spec, csv
 from tests.profiling.test_timed import Clock, run_loop
+from volcano_metronome import api
 from volcano_metronome.agent.reports import Scan, read_reports
 from volcano_metronome.profiling.report import RuntimeReport
 from volcano_metronome.profiling.timed import Measured, MeasuredWindow
@@ -41,6 +42,18 @@ def test_a_fresh_runtime_report_is_written_instead_of_the_nic_fit() -> None:
     assert sample(metrics, "metronome_agent_peak_gbps", namespace="ns", claim="podgroup-a", source="runtime") == 12.5
     assert sample(metrics, "metronome_agent_fits_total", result="runtime") == 1
     assert sample(metrics, "metronome_agent_period_ms", namespace="ns", claim="podgroup-a", source="node-agent") is None
+
+
+def test_the_pods_of_a_job_under_kueue_report_to_its_workload_s_claim() -> None:
+    """The pods (so their reports) name the job; the claim's gangRef names the Workload Kueue made for it, and the
+    controller writes the job on the claim: the report reaches it."""
+    workload = claim("job-j-1a2b3", ["n0"])
+    workload["spec"]["gangRef"] = {"kind": "Workload", "name": "job-j-1a2b3"}
+    job = RuntimeReport("ns", "Job", "j", "p0", NOW - 5.0, report("x").measured)
+    assert run_round([workload], TRACE, scan=Scan((job,)))[0] == "written"  # no identity on the claim: NIC fit
+    workload["metadata"]["annotations"] = {api.GANG_KIND: "Job", api.GANG_NAME: "j"}
+    result, writes, _ = run_round([workload], TRACE, scan=Scan((job,)))
+    assert result == "runtime" and [m["source"] for _, _, m in writes] == ["runtime"]
 
 
 def test_gangs_sharing_a_nic_are_measured_by_their_own_timing() -> None:

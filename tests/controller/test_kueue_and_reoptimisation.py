@@ -171,6 +171,8 @@ def test_pods_of_an_admitted_job_follow_the_workload_claim() -> None:
     ctl = f.controller(NOW)
     run(ctl)
     claim = f.obj(kube.CLAIMS, NS, "workload-job-b-1234")
+    # The job its pods name, for the node agent to match their runtime reports (agent.reports.gangs_of).
+    assert claim["metadata"]["annotations"] == {api.GANG_KIND: "Job", api.GANG_NAME: "job-b"}
     # Kueue admits, the Job's pods are created (gated by the webhook, gang-kind Job).
     for p in b.gang_pods(NS, "job-b", 2, kind="Job"):
         f.put(kube.PODS, p)

@@ -27,7 +27,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_serv
 
 from volcano_metronome import kube, sampler
 from volcano_metronome.agent.owners import owner, runtime_reported
-from volcano_metronome.agent.reports import Scan, freshest, gang_of, read_reports
+from volcano_metronome.agent.reports import Scan, freshest, gangs_of, read_reports
 from volcano_metronome.core.errors import InvalidInput
 from volcano_metronome.core.profile import Profile
 from volcano_metronome.profiling.fit import Fit, fit
@@ -169,7 +169,7 @@ def _write_runtime(cfg: AgentConfig, claims: Sequence[Mapping[str, Any]], scan: 
     if not scan.reports:
         return written
     for claim in runtime_reported(cfg.node, claims):
-        report = freshest(scan.reports, gang_of(claim), now_s, cfg.runtime_max_age_s)
+        report = freshest(scan.reports, gangs_of(claim), now_s, cfg.runtime_max_age_s)
         if report is None:
             continue
         namespace, name = _key(claim)

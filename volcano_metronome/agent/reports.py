@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import pathlib
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any, Collection, Mapping, Sequence
 
+from volcano_metronome import api
 from volcano_metronome.core.errors import InvalidInput
 from volcano_metronome.profiling.report import RuntimeReport, parse_report
 
@@ -42,17 +43,25 @@ def read_reports(directory: pathlib.Path) -> Scan:
     return Scan(tuple(reports), tuple(problems))
 
 
-def gang_of(claim: Mapping[str, Any]) -> tuple[str, str, str]:
-    """``(namespace, kind, name)`` of the gang a claim belongs to (its ``spec.gangRef``)."""
+def gangs_of(claim: Mapping[str, Any]) -> frozenset[tuple[str, str, str]]:
+    """``(namespace, kind, name)`` by which the gang's pods may report: the claim's ``spec.gangRef`` and, for a
+    Kueue Workload, the job its pods name (the claim's ``metronome.dev/gang-kind`` / ``gang-name`` annotations)."""
     meta = claim.get("metadata") or {}
+    namespace = str(meta.get("namespace") or "")
     ref = (claim.get("spec") or {}).get("gangRef") or {}
-    return str(meta.get("namespace") or ""), str(ref.get("kind") or ""), str(ref.get("name") or "")
+    out = {(namespace, str(ref.get("kind") or ""), str(ref.get("name") or ""))}
+    annotations = meta.get("annotations") or {}
+    kind, name = annotations.get(api.GANG_KIND), annotations.get(api.GANG_NAME)
+    if isinstance(kind, str) and kind and isinstance(name, str) and name:
+        out.add((namespace, kind, name))
+    return frozenset(out)
 
 
-def freshest(reports: Sequence[RuntimeReport], gang: tuple[str, str, str], now_s: float,
+def freshest(reports: Sequence[RuntimeReport], gangs: Collection[tuple[str, str, str]], now_s: float,
              max_age_s: float) -> RuntimeReport | None:
-    """The newest report of ``gang`` no older than ``max_age_s`` whose windows all carry a rate (ties: more
-    iterations); None when there is none. The gang's processes on one node measure the same loop."""
-    usable = [r for r in reports if r.gang == gang and now_s - r.measured_at_s <= max_age_s
+    """The newest report of the gang known as any of ``gangs``, no older than ``max_age_s``, whose windows all
+    carry a rate (ties: more iterations); None when there is none. The gang's processes on one node measure the
+    same loop."""
+    usable = [r for r in reports if r.gang in gangs and now_s - r.measured_at_s <= max_age_s
               and r.measured.profile() is not None]
     return max(usable, key=lambda r: (r.measured_at_s, r.measured.periods), default=None)

@@ -53,8 +53,9 @@ from volcano_metronome.controller.quiet import Quiet, share_of
 from volcano_metronome.controller.epochs import epoch_at_or_after, epoch_at_or_before, relative_offset
 from volcano_metronome.controller.constraints import assign
 from volcano_metronome.shapes import JSON
-from volcano_metronome.controller.views import (GANG_API_VERSIONS, PODS_TIMEOUT, RELEASED, ClaimView, GangKey, GangView,
-                                                PodView, World)
+from volcano_metronome.controller.views import (GANG_API_VERSIONS, PODS_TIMEOUT, RELEASED, WORKLOAD, ClaimView, GangKey,
+                                                GangView, PodView, World)
+from volcano_metronome.controller.owners import OWNER_KINDS
 from volcano_metronome.controller.settings import Settings
 from volcano_metronome.core.decision import Decision, NoFit
 from volcano_metronome.core.errors import InvalidInput
@@ -217,6 +218,9 @@ def regarding(gang: GangView) -> JSON:
 
 def _claim_body(gang: GangView) -> JSON:
     meta: JSON = {"name": gang.claim_name, "namespace": gang.key.namespace, "labels": {api.MANAGED_LABEL: "true"}}
+    job = _owning_job(gang)
+    if job is not None:  # the identity its pods name, and with it their runtime helpers' reports (agent/reports)
+        meta["annotations"] = {api.GANG_KIND: job[0], api.GANG_NAME: job[1]}
     if gang.obj is not None and objects.meta(gang.obj).get("uid"):
         meta["ownerReferences"] = [{
             "apiVersion": gang.obj.get("apiVersion") or GANG_API_VERSIONS[gang.key.kind], "kind": gang.key.kind,
@@ -230,6 +234,16 @@ def _claim_body(gang: GangView) -> JSON:
     if gang.policy:
         spec["queuePolicy"] = gang.policy
     return {"apiVersion": api.API_VERSION, "kind": "STBandwidthClaim", "metadata": meta, "spec": spec}
+
+
+def _owning_job(gang: GangView) -> tuple[str, str] | None:
+    """``(kind, name)`` of the job owning a Kueue Workload gang (a batch Job, JobSet, PyTorchJob, MPIJob)."""
+    if gang.key.kind != WORKLOAD or gang.obj is None:
+        return None
+    for ref in objects.meta(gang.obj).get("ownerReferences") or ():
+        if isinstance(ref, dict) and ref.get("kind") in OWNER_KINDS and ref.get("name"):
+            return str(ref["kind"]), str(ref["name"])
+    return None
 
 
 def _ensure_claim(gang: GangView) -> tuple[CreateClaim, ...]:
