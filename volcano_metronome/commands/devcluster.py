@@ -15,7 +15,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     up = actions.add_parser(
         "up",
         help="start the local stack in the background: control plane, scheduler, controller-manager, "
-        "kwok nodes, Kueue, our CRDs, webhook and controller",
+        "kwok nodes, Kueue, Volcano, JobSet, the training-operators, our CRDs, webhook and controller",
         description="Start the dev cluster in the background (or report the running one). Components whose "
         "program is not built are left out and named.",
     )

@@ -28,8 +28,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     actions.add_parser(
         "upstream",
         help="gather the upstream CRDs and examples of the pinned versions into the cache; print the directory",
-        description="Gather the upstream CRDs and example manifests the tests use, from the pinned Volcano, Kueue "
-        "and scheduler-plugins modules (parts no module provides: from $METRONOME_UPSTREAM_DIR or "
+        description="Gather the upstream CRDs and example manifests the tests use, from the pinned Volcano, Kueue, "
+        "scheduler-plugins, JobSet, training-operator, MPI-operator and Trainer modules (parts no module provides: from $METRONOME_UPSTREAM_DIR or "
         "../shared/upstream), into the user's cache; print the directory. SOURCES.json there says where each "
         "file came from.",
     )
