@@ -130,6 +130,27 @@ def test_events_false_emits_no_event_not_even_no_fit(fake: FakeApi) -> None:
     assert fake.events == []
 
 
+def test_capacities_get_a_status_once_and_again_when_it_changes(fake: FakeApi) -> None:
+    nodes = [objects.name(n) for n in fake.all(kube.NODES)]
+    fake.put(kube.CAPACITIES, {"apiVersion": api.API_VERSION, "kind": "STBandwidthCapacity",
+                               "metadata": {"name": "leaf", "generation": 1},
+                               "spec": {"capacityGbps": 100, "tier": 1, "nodes": nodes[:2]}})
+    ctl = controller(fake)
+    converge(ctl)
+    status = fake.get(kube.CAPACITIES, None, "leaf")["status"]
+    assert status["matchedNodes"] == 2 and status["observedGeneration"] == 1
+    assert (objects.condition(fake.get(kube.CAPACITIES, None, "leaf"), "Ready") or {}).get("status") == "True"
+    plan, _ = ctl.cycle()
+    assert plan.writes == 0  # said once
+    fake.put(kube.CAPACITIES, {**fake.get(kube.CAPACITIES, None, "leaf"),
+                               "metadata": {"name": "leaf", "generation": 2}, "spec": {
+                                   "capacityGbps": 100, "tier": 1, "nodes": ["nowhere"]}})
+    converge(ctl)
+    gone = fake.get(kube.CAPACITIES, None, "leaf")
+    assert gone["status"]["matchedNodes"] == 0 and gone["status"]["observedGeneration"] == 2
+    assert objects.condition(gone, "Ready")["reason"] == "NoNodes"
+
+
 def test_gpus_of_placed_but_unbound_gangs_are_not_booked_twice(fake: FakeApi) -> None:
     add_gang(fake, "a", 5)
     ctl = controller(fake)

@@ -84,6 +84,26 @@ def test_a_queue_policy_out_of_its_crd_s_bounds_is_refused_naming_the_field(spec
     assert view.error.startswith(f"QueuePolicy q: {field}: got ")
 
 
+def test_each_capacity_says_whether_it_is_used_and_on_how_many_nodes() -> None:
+    nodes = [b.node(f"n{i}", rack=f"r{i // 2}") for i in range(4)]
+    caps = DefaultCapacities(100, {1: 400})
+
+    def states(objs: list[dict]) -> dict[str, tuple[int, str]]:
+        net = network.build(nodes, objs, [], caps, "metronome.dev/rack", "zone")
+        return {s.name: (s.matched, s.reason) for s in net.capacities}
+
+    used = [{"metadata": {"name": "nic"}, "spec": {"capacityGbps": 200, "tier": 0, "nodes": ["n0", "n1", "ghost"]}},
+            {"metadata": {"name": "leaf"}, "spec": {"capacityGbps": 50, "tier": 1, "nodes": ["n0", "n1"]}},
+            {"metadata": {"name": "gone"}, "spec": {"capacityGbps": 50, "tier": 1, "nodes": ["ghost"]}},
+            {"metadata": {"name": "odd"}, "spec": {"capacityGbps": 50, "tier": 1, "nodes": ["n2"], "direction": "Sideways"}}]
+    assert states(used) == {"nic": (2, ""), "leaf": (2, ""), "gone": (0, network.NO_NODES),
+                            "odd": (1, network.INVALID)}
+    # Two tier-1 link sets that overlap: no switch capacity is used (labels are), the NICs still are.
+    overlap = [used[0], used[1], {"metadata": {"name": "wide"}, "spec": {"capacityGbps": 50, "tier": 1,
+                                                                        "nodes": ["n1", "n2"]}}]
+    assert states(overlap) == {"nic": (2, ""), "leaf": (2, network.CONFLICT), "wide": (2, network.CONFLICT)}
+
+
 def test_topology_from_labels_capacities_and_hypernodes() -> None:
     nodes = [b.node(f"n{i}", rack=f"r{i // 2}", labels={"zone": f"z{i // 4}"}) for i in range(8)]
     caps = DefaultCapacities(100, {1: 400, 2: 800})

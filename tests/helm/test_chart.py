@@ -480,6 +480,7 @@ def test_controller_rbac_is_exactly_what_it_needs() -> None:
         (api.GROUP, api.QUEUE_POLICIES, read),
         (api.GROUP, f"{api.CLAIMS}/status", ("patch",)),
         (api.GROUP, f"{api.QUEUE_POLICIES}/status", ("patch",)),
+        (api.GROUP, f"{api.CAPACITIES}/status", ("patch",)),
     }
     assert {(g, r, tuple(sorted(v))) for g, r, v in _rules(role)} == expected
 

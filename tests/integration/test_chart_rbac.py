@@ -3,13 +3,14 @@
 The chart's ClusterRole, leader-election Role and their bindings are rendered by helm, applied to the API
 server (which authorises with RBAC), and the controller runs with a token of the chart's ServiceAccount.
 PodGroup gangs and a Kueue Workload go through it: placed, ungated, checked Ready, Events written, the
-Lease held. Any permission the chart lacks
+Lease held, a capacity's status written. Any permission the chart lacks
 shows up as a failed write (403) and a gang left gated. The chart grants no more than this path and the
 paths the unit tier covers use (tests/helm checks the list; docs/install.md "The controller" explains it).
 """
 
 from __future__ import annotations
 
+import contextlib
 import pathlib
 import types
 from typing import Any
@@ -19,7 +20,7 @@ import yaml
 from tests.controller import builders as b
 from tests.controller.cluster import Cluster, ControllerProcess, wait_until
 from tests.helm.chart import template
-from volcano_metronome import kube
+from volcano_metronome import api, kube
 from volcano_metronome.controller import objects
 
 RBAC_KINDS = ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")
@@ -64,7 +65,11 @@ def test_the_controller_works_with_exactly_the_charts_permissions(
     as_account = types.SimpleNamespace(kubeconfig=_token_kubeconfig(cluster, ns, account, tmp_path / "sa.yaml"),
                                        node_selector=cluster.node_selector)
     try:
-        cluster.nodes(4)  # one rack of 4 x 8 GPUs: the Workload takes a node, gangs a and b 12 GPUs each
+        nodes = cluster.nodes(4)  # one rack of 4 x 8 GPUs: the Workload takes a node, gangs a and b 12 GPUs each
+        nic = f"nic-{cluster.tag}"
+        cluster.k.create(kube.CAPACITIES, {"apiVersion": api.API_VERSION, "kind": "STBandwidthCapacity",
+                                           "metadata": {"name": nic},
+                                           "spec": {"capacityGbps": 100, "tier": 0, "nodes": nodes}})
         cluster.gang(ns, "a", 3, gpus=4)
         check, cq = f"metronome-{cluster.tag}", f"cq-{cluster.tag}"
         cluster.k.create(kube.ADMISSION_CHECKS, b.admission_check(check))
@@ -88,6 +93,9 @@ def test_the_controller_works_with_exactly_the_charts_permissions(
         wait_until(lambda: cluster.ungated(ns, ["b"]), 60, lambda: f"gang b ungated\n{ctl.logs()}")
         wait_until(lambda: [e for e in cluster.k.list(kube.EVENTS, ns)["items"] if e["reason"] == "Placed"],
                    20, lambda: f"the Placed events\n{ctl.logs()}")
+        capacity = wait_until(lambda: ((cluster.k.get(kube.CAPACITIES, None, nic) or {}).get("status") or {}).get(
+            "matchedNodes"), 20, lambda: f"the capacity's status\n{ctl.logs()}")
+        assert capacity == 4
         holder = (cluster.k.get(kube.LEASES, ns, lease) or {}).get("spec", {}).get("holderIdentity")
         assert holder == ctl.identity
         assert not ctl.metric('metronome_controller_writes_total{kind="pod",result="error"}')
@@ -97,3 +105,5 @@ def test_the_controller_works_with_exactly_the_charts_permissions(
         for obj in rbac:
             if obj["kind"].startswith("Cluster"):
                 cluster.k.request("DELETE", PATHS[obj["kind"]] + "/" + obj["metadata"]["name"])
+        with contextlib.suppress(kube.NotFound):  # a cluster-scoped object the next tests' controllers would see
+            cluster.k.delete(kube.CAPACITIES, None, f"nic-{cluster.tag}")

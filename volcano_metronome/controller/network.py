@@ -9,6 +9,7 @@ a tier, say) is reported in ``warnings`` and the next one is tried.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Sequence
@@ -24,6 +25,24 @@ HYPERNODES = "HyperNode"
 LABELS = "node labels"
 
 
+#: Why an STBandwidthCapacity is not part of the topology (its Ready condition's reason).
+NO_NODES, CONFLICT, INVALID = "NoNodes", "Conflict", "Invalid"
+
+
+@dataclass(frozen=True)
+class CapacityState:
+    """What the controller made of one STBandwidthCapacity: the nodes it applies to, and whether it is used
+    (``reason`` empty) or why not (``NO_NODES``, ``CONFLICT``, ``INVALID``, with ``message``)."""
+
+    name: str
+    generation: int
+    status: Mapping[str, Any]  # as observed
+    matched: int
+    tier: int = 0
+    reason: str = ""
+    message: str = ""
+
+
 @dataclass(frozen=True)
 class Network:
     """The topology, which source it came from, and what could not be used."""
@@ -31,6 +50,7 @@ class Network:
     topology: Topology
     source: str
     warnings: tuple[str, ...] = ()
+    capacities: tuple[CapacityState, ...] = ()
 
 
 def build(nodes: Sequence[Mapping[str, Any]], capacities: Sequence[Mapping[str, Any]],
@@ -40,24 +60,29 @@ def build(nodes: Sequence[Mapping[str, Any]], capacities: Sequence[Mapping[str, 
     names = tuple(sorted(objects.name(n) for n in nodes))
     node_labels = {objects.name(n): objects.labels(n) for n in nodes}
     warnings: list[str] = []
-    nic_links, upper, cap_warn = _from_capacities(capacities, names, node_labels)
+    nic_links, upper, cap_warn, states = _from_capacities(capacities, names, node_labels)
     warnings += cap_warn
     nics = _nics(names, nic_links, defaults.nic_gbps)
     if upper:  # NIC-only capacities leave the switch tiers to HyperNodes or labels
         topo = _try(names, nics + upper, CAPACITIES, warnings)
         if topo is not None:
-            return Network(topo, CAPACITIES, tuple(warnings))
+            return Network(topo, CAPACITIES, tuple(warnings), tuple(states))
+        # The switch tiers' link sets overlap: none of them is used (the NICs still are).
+        conflict = warnings[-1]
+        states = [dataclasses.replace(s, reason=CONFLICT, message=conflict) if not s.reason and s.tier > 0 else s
+                  for s in states]
+    public = tuple(states)
     if hypernodes:
         links, hn_warn = _from_hypernodes(hypernodes, names, node_labels, defaults)
         warnings += hn_warn
         topo = _try(names, nics + links, HYPERNODES, warnings)
         if topo is not None:
-            return Network(topo, HYPERNODES, tuple(warnings))
+            return Network(topo, HYPERNODES, tuple(warnings), public)
     links = _from_labels(names, node_labels, defaults, rack_label, zone_label)
     topo = _try(names, nics + links, LABELS, warnings)
     if topo is None:  # overlapping label domains cannot happen, but never fail the cycle over topology
         topo = Topology(names, tuple(nics))
-    return Network(topo, LABELS, tuple(warnings))
+    return Network(topo, LABELS, tuple(warnings), public)
 
 
 def _try(names: tuple[str, ...], links: list[Link], source: str, warnings: list[str]) -> Topology | None:
@@ -76,35 +101,46 @@ def _nics(names: Iterable[str], given: Mapping[str, list[Link]], nic_gbps: float
 
 
 def _from_capacities(capacities: Sequence[Mapping[str, Any]], names: tuple[str, ...],
-                     node_labels: Mapping[str, Mapping[str, str]]) -> tuple[dict[str, list[Link]], list[Link], list[str]]:
-    """NIC links per node (tier-0 objects: one NIC per node they name) and switch links (higher tiers)."""
+                     node_labels: Mapping[str, Mapping[str, str]]
+                     ) -> tuple[dict[str, list[Link]], list[Link], list[str], list[CapacityState]]:
+    """NIC links per node (tier-0 objects: one NIC per node they name), switch links (higher tiers), the
+    warnings, and what became of each object."""
     known = set(names)
     nic: dict[str, list[Link]] = {}
     upper: list[Link] = []
     warnings: list[str] = []
+    states: list[CapacityState] = []
     for obj in sorted(capacities, key=objects.name):
         cname = objects.name(obj)
         spec = obj.get("spec") or {}
+        state = CapacityState(cname, int(objects.meta(obj).get("generation") or 0), obj.get("status") or {}, 0)
         try:
             gbps = float(spec.get("capacityGbps", 0))
             tier = int(spec.get("tier", 0))
             if not gbps > 0 or tier < 0:
                 raise ValueError
         except (TypeError, ValueError):
-            warnings.append(f"STBandwidthCapacity {cname}: capacityGbps {spec.get('capacityGbps')!r} / tier "
-                            f"{spec.get('tier')!r} unusable; expected a positive capacity and a tier >= 0")
+            message = (f"capacityGbps {spec.get('capacityGbps')!r} / tier {spec.get('tier')!r} unusable; "
+                       "expected a positive capacity and a tier >= 0")
+            warnings.append(f"STBandwidthCapacity {cname}: {message}")
+            states.append(dataclasses.replace(state, reason=INVALID, message=message))
             continue
         members = _capacity_nodes(spec, names, node_labels)
         stray = sorted(set(spec.get("nodes") or []) - known)
         if stray:
             warnings.append(f"STBandwidthCapacity {cname}: nodes {stray} do not exist; ignored")
         members = [m for m in members if m in known]
+        state = dataclasses.replace(state, matched=len(members), tier=tier)
         if not members:
+            states.append(dataclasses.replace(state, reason=NO_NODES, message="no existing node matches it"))
             continue
         direction = spec.get("direction", "Both")
         if direction not in ("Both", "Up", "Down"):
-            warnings.append(f"STBandwidthCapacity {cname}: direction {direction!r}; expected Both, Up or Down")
+            message = f"direction {direction!r}; expected Both, Up or Down"
+            warnings.append(f"STBandwidthCapacity {cname}: {message}")
+            states.append(dataclasses.replace(state, reason=INVALID, message=message))
             continue
+        states.append(state)
         if tier == 0:
             # Tier 0 describes NICs: one link of this capacity per node it names (CRD semantics).
             for node in members:
@@ -112,7 +148,7 @@ def _from_capacities(capacities: Sequence[Mapping[str, Any]], names: tuple[str, 
                 nic.setdefault(node, []).extend(_directed(f"cap:{suffix}", gbps, [node], 0, direction))
         else:
             upper.extend(_directed(f"cap:{cname}", gbps, members, tier, direction))
-    return nic, upper, warnings
+    return nic, upper, warnings, states
 
 
 def _directed(name: str, gbps: float, members: Sequence[str], tier: int, direction: str) -> list[Link]:

@@ -229,7 +229,7 @@ class Observer:
         return World(net.topology, net.source, allocatable, free, gangs, orphans, dict(claims), pols, our_checks,
                      tuple(inputs.admission_checks), tuple(warnings), serial=self._serial,
                      changed=frozenset(seen) if self._serial > 1 else None, index=dict(self._views),
-                     pending=frozenset(self._pending), overflow=self._claims.overflow)
+                     pending=frozenset(self._pending), overflow=self._claims.overflow, capacities=net.capacities)
 
     def _listed(self, key: GangKey, found: JSON | None, our_checks: frozenset[str],
                 cq_checks: Mapping[str, frozenset[str]]) -> bool:

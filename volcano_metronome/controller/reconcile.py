@@ -201,7 +201,8 @@ def plan(world: World, decided: Decided, settings: Settings, now_s: float,
         count[0] += c[0]
         count[1] += c[1]
     other = statuses.admission_checks_active(world, now_s) + statuses.policy_statuses(
-        world, decided, now_s, {name: (c[0], c[1]) for name, c in counts.items()})
+        world, decided, now_s, {name: (c[0], c[1]) for name, c in counts.items()}) + statuses.capacity_statuses(
+        world, now_s)
     return Plan(tuple(gang_writes), tuple(other), tuple(decided.results.values()), tuple(moves),
                 pending + q.totals[0], placed + q.totals[1], drifted + q.totals[2], wake_at_s=wake)
 

@@ -1,4 +1,5 @@
-"""Status of the cluster-scoped objects a cycle keeps: our AdmissionChecks (Active) and QueuePolicies. PURE."""
+"""Status of the cluster-scoped objects a cycle keeps: our AdmissionChecks (Active), QueuePolicies and
+STBandwidthCapacities. PURE."""
 
 from __future__ import annotations
 
@@ -23,6 +24,23 @@ def admission_checks_active(world: World, now_s: float) -> list[StatusPatch]:
                                       f"{api.ADMISSION_CHECK_CONTROLLER} is running", now_s,
                                       int(objects.meta(ac).get("generation") or 0))
         out.append(StatusPatch("AdmissionCheck", objects.name(ac), {"conditions": conds}))
+    return out
+
+
+def capacity_statuses(world: World, now_s: float) -> list[StatusPatch]:
+    """Each STBandwidthCapacity's status: generation seen, nodes it applies to, Ready (False: NoNodes, Conflict or
+    Invalid, with the reason's message); only where it says something else already."""
+    out = []
+    for cap in world.capacities:
+        ready = ("False", cap.reason, cap.message) if cap.reason else (
+            "True", "InTopology", f"part of the network the controller schedules with ({world.topology_source})")
+        prior = cap.status
+        conds = objects.set_condition(prior.get("conditions") or [], "Ready", *ready, now_s, cap.generation)
+        if (prior.get("observedGeneration") == cap.generation and prior.get("matchedNodes") == cap.matched
+                and objects.same_conditions(conds, prior.get("conditions") or [])):
+            continue
+        out.append(StatusPatch("STBandwidthCapacity", cap.name, {"observedGeneration": cap.generation,
+                                                                 "matchedNodes": cap.matched, "conditions": conds}))
     return out
 
 

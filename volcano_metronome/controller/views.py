@@ -12,6 +12,7 @@ from typing import Mapping, Sequence
 
 from volcano_metronome.controller import ranks as ranking
 from volcano_metronome.shapes import JSON
+from volcano_metronome.controller.network import CapacityState
 from volcano_metronome.controller.queuepolicy import QueuePolicyView
 from volcano_metronome.core.model import Gang, Running
 from volcano_metronome.core.profile import Profile
@@ -229,6 +230,7 @@ class World:
     pending: frozenset[GangKey] | None = field(default=None, compare=False, repr=False)  # keys of the pending gangs
     # The claims' predicted overflow summed, kept by the Observer as claims change (None: sum them).
     overflow: float | None = field(default=None, compare=False, repr=False)
+    capacities: tuple[CapacityState, ...] = ()  # what became of each STBandwidthCapacity (its status)
 
     def predicted_overflow(self) -> float:
         """The placed claims' predicted overflow, summed (Gbps*ms per period; exactly rounded)."""

@@ -281,7 +281,8 @@ class Writer:
         return True
 
     def _status(self, w: StatusPatch, out: Outcome) -> bool:
-        resource = kube.ADMISSION_CHECKS if w.kind == "AdmissionCheck" else kube.QUEUE_POLICIES
+        resource = {"AdmissionCheck": kube.ADMISSION_CHECKS, "QueuePolicy": kube.QUEUE_POLICIES,
+                    "STBandwidthCapacity": kube.CAPACITIES}[w.kind]
         if not self._guard():
             return False
         try:

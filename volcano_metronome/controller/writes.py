@@ -76,9 +76,9 @@ class WorkloadCheck:
 
 @dataclass(frozen=True)
 class StatusPatch:
-    """Merge-patch the status of a cluster-scoped object (AdmissionCheck, QueuePolicy)."""
+    """Merge-patch the status of a cluster-scoped object (AdmissionCheck, QueuePolicy, STBandwidthCapacity)."""
 
-    kind: str  # "AdmissionCheck" or "QueuePolicy"
+    kind: str  # "AdmissionCheck", "QueuePolicy" or "STBandwidthCapacity"
     name: str
     status: JSON
 
