@@ -33,7 +33,8 @@ def capacity_statuses(world: World, now_s: float) -> list[StatusPatch]:
     out = []
     for cap in world.capacities:
         ready = ("False", cap.reason, cap.message) if cap.reason else (
-            "True", "InTopology", f"part of the network the controller schedules with ({world.topology_source})")
+            "True", "InTopology", f"part of the network the controller schedules with (switch tiers from "
+                                  f"{world.topology_source})")
         prior = cap.status
         conds = objects.set_condition(prior.get("conditions") or [], "Ready", *ready, now_s, cap.generation)
         if (prior.get("observedGeneration") == cap.generation and prior.get("matchedNodes") == cap.matched
