@@ -151,6 +151,16 @@ def test_metronome_decides_with_the_core_and_times_each_decision() -> None:
     assert "a" not in policy.snapshot.placed  # type: ignore[attr-defined]
 
 
+@pytest.mark.parametrize("name", sorted(POLICIES))
+def test_every_policy_times_the_decisions_that_placed_a_gang_and_only_those(name: str) -> None:
+    """``decision_ms`` compares like with like: a gang that does not fit is retried every cycle, untimed."""
+    policy = make(name, ctx(racks=1, nodes=2, gpus=4))
+    out = placed(policy, job("fits", 2, gpus=4), job("never", 3, gpus=4))  # 12 GPUs asked of 8
+    assert set(out) == {"fits"} and len(policy.stats.decision_ms) == 1
+    placed(policy, job("never", 3, gpus=4), now=1.0)
+    assert len(policy.stats.decision_ms) == 1
+
+
 def test_a_gang_on_one_node_gets_no_offset_under_phased_policies() -> None:
     for name in ("metronome", "cassini"):
         out = placed(make(name, ctx()), job("tiny", 2))

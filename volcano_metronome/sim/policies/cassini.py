@@ -69,8 +69,8 @@ class Cassini(SimPolicy):
         for job in queue_order(pending, self.ctx.scenario.policy, now):
             started = time.perf_counter()
             placed = self._decide(job, now)
-            self.stats.decision_ms.append((time.perf_counter() - started) * 1000.0)
-            if placed is not None:
+            if placed is not None:  # as every policy: the decisions that placed a gang are timed
+                self.stats.decision_ms.append((time.perf_counter() - started) * 1000.0)
                 out.append(placed)
         return out
 

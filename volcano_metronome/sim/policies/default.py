@@ -35,8 +35,8 @@ class Default(SimPolicy):
         for job in queue_order(pending, self.ctx.scenario.policy, now):
             started = time.perf_counter()
             placed = self._spread(job)
-            self.stats.decision_ms.append((time.perf_counter() - started) * 1000.0)
-            if placed is not None:
+            if placed is not None:  # as every policy: the decisions that placed a gang are timed
+                self.stats.decision_ms.append((time.perf_counter() - started) * 1000.0)
                 nodes, members = placed
                 self.gpus.take(job.name, nodes, members * job.gpus_per_worker)
                 out.append(Placement(job.name, nodes, members))

@@ -49,8 +49,8 @@ class Exclusive(SimPolicy):
         for job in queue_order(pending, self.ctx.scenario.policy, now):
             started = time.perf_counter()
             found = self._admit(job)
-            self.stats.decision_ms.append((time.perf_counter() - started) * 1000.0)
-            if found is not None:
+            if found is not None:  # as every policy: the decisions that placed a gang are timed
+                self.stats.decision_ms.append((time.perf_counter() - started) * 1000.0)
                 nodes, members, links, peak = found
                 self.reserved[links] += peak
                 self.holding[job.name] = (links, peak)

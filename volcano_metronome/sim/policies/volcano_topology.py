@@ -76,8 +76,8 @@ class VolcanoTopology(SimPolicy):
         for job in queue_order(pending, self.ctx.scenario.policy, now):
             started = time.perf_counter()
             found = lowest_tier(self.gpus.free, self.rack, job)
-            self.stats.decision_ms.append((time.perf_counter() - started) * 1000.0)
-            if found:
+            if found:  # as every policy: the decisions that placed a gang are timed
+                self.stats.decision_ms.append((time.perf_counter() - started) * 1000.0)
                 nodes, members = found[0]
                 self.gpus.take(job.name, nodes, members * job.gpus_per_worker)
                 out.append(Placement(job.name, nodes, members))
