@@ -5,7 +5,7 @@ Extra top-level keys (``scenario.parse`` leaves them to us):
 ``description``
     one line shown by ``volcano-metronome scenarios``.
 ``seeds``
-    how many seeds ``simulate`` and ``demo`` run by default (1 when absent).
+    how many seeds ``simulate`` runs by default (1 when absent; ``demo`` runs ``--seeds``, 1 by default).
 ``generate``
     ``{count, seed, arrival: {process: poisson, rate_per_min, start_s}, mix: {MODEL: weight},
     workers: [choices] | {choice: weight}, gpus_per_worker, iterations: [min, max],
