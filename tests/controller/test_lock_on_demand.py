@@ -217,8 +217,13 @@ def test_the_decision_waits_for_the_lock(fake: FakeApi) -> None:
     assert_interleaved(fake)
 
 
-def test_the_reoptimisation_pass_unlocks_a_gang_left_alone(fake: FakeApi) -> None:
-    fake.put(kube.QUEUE_POLICIES, b.queue_policy("default", reoptimization={"enabled": True, "intervalSeconds": 60}))
+@pytest.mark.parametrize("queue_policy", [True, False])
+def test_the_reoptimisation_pass_unlocks_a_gang_left_alone(fake: FakeApi, queue_policy: bool) -> None:
+    """With a QueuePolicy, or without any: the built-in policy is the CRD's defaults, re-optimisation every
+    60 s included."""
+    if queue_policy:
+        fake.put(kube.QUEUE_POLICIES, b.queue_policy("default", reoptimization={"enabled": True,
+                                                                                "intervalSeconds": 60}))
     add_gang(fake, "a")
     add_gang(fake, "b")
     mono = [0.0]
@@ -228,7 +233,9 @@ def test_the_reoptimisation_pass_unlocks_a_gang_left_alone(fake: FakeApi) -> Non
     remove_gang(fake, "b")
     converge(ctl)
     assert fake.get(kube.CLAIMS, NS, "podgroup-b") is None
-    assert claim(fake, "a")["status"]["locked"] is True  # only a re-optimisation pass unlocks
+    mono[0] = 59.0
+    plan, _ = ctl.cycle()
+    assert plan.writes == 0 and claim(fake, "a")["status"]["locked"] is True  # only a re-optimisation pass unlocks
     mono[0] = 61.0
     plan, outcome = ctl.cycle()
     assert [g.transition for g in plan.gangs if g.transition] == [UNLOCKED] and outcome.unlocked
@@ -240,25 +247,6 @@ def test_the_reoptimisation_pass_unlocks_a_gang_left_alone(fake: FakeApi) -> Non
     mono[0] = 200.0
     plan, _ = ctl.cycle()  # the next pass finds nothing to do
     assert plan.writes == 0
-
-
-def test_without_any_queue_policy_the_built_in_one_re_optimises_every_60_s(fake: FakeApi) -> None:
-    """The built-in policy is the CRD's defaults, re-optimisation included: its locked gangs are unlocked too."""
-    add_gang(fake, "a")
-    add_gang(fake, "b")
-    mono = [0.0]
-    ctl = controller(fake, mono=mono)
-    converge(ctl)
-    assert claim(fake, "a")["status"]["locked"] and claim(fake, "b")["status"]["locked"]
-    remove_gang(fake, "b")
-    converge(ctl)
-    mono[0] = 59.0
-    plan, _ = ctl.cycle()
-    assert plan.writes == 0 and claim(fake, "a")["status"]["locked"] is True
-    mono[0] = 61.0
-    plan, outcome = ctl.cycle()
-    assert [g.transition for g in plan.gangs if g.transition] == [UNLOCKED] and outcome.unlocked
-    assert claim(fake, "a")["status"]["locked"] is False
 
 
 def test_gangs_whose_bursts_cannot_collide_stay_free_through_cycles_and_passes(fake: FakeApi) -> None:
