@@ -16,6 +16,8 @@ from volcano_metronome import api
 from volcano_metronome.catalog import builtin
 from volcano_metronome.core.errors import InvalidInput
 from volcano_metronome.core.profile import Profile
+from volcano_metronome.core.topology import duplex
+from volcano_metronome.shapes.refs import claim_name
 
 CRDS = load_crds()
 EXAMPLES = list(example_objects())
@@ -89,7 +91,13 @@ def test_placed_example_status_is_consistent() -> None:
     status = placed["status"]
     assert len(status["nodes"]) == len(status["members"])
     assert 0 <= status["offsetMs"] < status["periodMs"]
-    assert {c["type"] for c in status["conditions"]} == {"Placed"}
+    # As the controller writes it (controller/reconcile.py, _place): its claim name, its link names, its conditions.
+    ref = placed["spec"]["gangRef"]
+    assert placed["metadata"]["name"] == claim_name(ref["kind"], ref["name"])
+    assert placed["metadata"]["labels"] == {api.MANAGED_LABEL: "true"}
+    assert status["links"] == [link.name for node in status["nodes"] for link in duplex(f"nic:{node}", 100.0, [node], 0)]
+    assert {(c["type"], c["status"], c["reason"]) for c in status["conditions"]} == {
+        ("Placed", "True", "Placed"), ("NoFit", "False", "Placed")}
 
 
 def test_default_queue_policy_example_spells_out_the_schema_defaults() -> None:
