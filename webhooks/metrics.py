@@ -1,8 +1,8 @@
 """Prometheus metrics of the webhook, correct across gunicorn's worker processes.
 
 The server runs several worker processes, so metrics use prometheus-client's multiprocess mode:
-``volcano-metronome webhook`` sets ``PROMETHEUS_MULTIPROC_DIR`` (a fresh directory, or
-``--metrics-dir``) before any worker starts, each worker writes its samples to memory-mapped files
+``volcano-metronome webhook`` sets ``PROMETHEUS_MULTIPROC_DIR`` (``--metrics-dir``, else the variable
+already set, else a fresh directory) before any worker starts, each worker writes its samples to memory-mapped files
 there, and ``/metrics`` in any worker sums them all. Outside that mode (the Flask app in a test, a
 single process) the ordinary in-process registry is used. This module must be imported after the
 environment variable is set, which the server guarantees by importing the app only in the workers.

@@ -1,7 +1,8 @@
 """TLS for the webhook server: TLS 1.2 and up (1.3 negotiated whenever the client offers it), and
 certificates picked up from disk without a restart.
 
-gunicorn asks its ``ssl_context`` hook for a context on every new connection; :class:`ReloadingContext`
+The worker asks for a context on every new connection (``WebhookWorker._handshake``, through the server's
+``tls_context``; gunicorn itself is given no TLS settings); :class:`ReloadingContext`
 answers from a cached context and rebuilds it when the certificate or key file changes (size, mtime
 or inode: a Kubernetes secret volume swaps a symlink, cert-manager rewrites files). A pair that does
 not load (half-written, or the key of the previous certificate) is not used: the previous context

@@ -1,6 +1,8 @@
 """Admission of gang objects: Volcano Jobs and PodGroups, Kueue Workloads, batch/v1 Jobs submitted to Kueue.
 
-A managed object gets ``metronome.dev/profile``, ``profile-source`` and ``gang-size`` on its metadata,
+A managed object gets ``metronome.dev/profile``, ``profile-source`` and ``gang-size`` on its metadata
+(a Volcano Job also ``metronome.dev/pod-constraints``, its defaulted ``minAvailable`` and, when configured,
+the tier limit),
 and on every pod template it owns (so the pods it creates carry them). Those templates also get the
 label ``metronome.dev/managed=true``: it is what the chart's pod hook selects on (``webhook.podSelection:
 managed``), so without it the pods of a managed Job would never be gated. Each function returns an

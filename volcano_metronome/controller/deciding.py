@@ -161,8 +161,9 @@ def reoptimise_running(world: World, settings: Settings, due: Sequence[str],
     """Offset moves for the running gangs of the policies in ``due`` (bounded per policy, priority first),
     and those of their gangs left with no contended link (policies with lock on demand only).
 
-    This cycle's decisions and locks are assumed first and never moved: the pass sees the links as
-    they will be once this cycle's writes land.
+    This cycle's decisions and locks are assumed first: the pass sees the links as they will be once this
+    cycle's writes land, and never moves the gangs decided, relocated or re-laid this cycle (a neighbour
+    only locked by them may be moved; its lock and move are written together).
     """
     if decided.snapshot is not None:  # this cycle's decisions and locks are in it already
         snap = decided.snapshot

@@ -11,9 +11,9 @@ rule out would leave the pod pending forever. So the nodes a decision may use ar
 - taints with effect ``NoSchedule`` or ``NoExecute``: each tolerated (``PreferNoSchedule`` is a
   preference, not a rule).
 
-For a Kueue Workload, decided before it has pods, the specs are its podSets' templates with what
-Kueue will add from the assigned ResourceFlavors (``observe.member_specs``); a node must admit
-every spec.
+For a gang decided before it has pods the specs come from its object (``gangs.member_specs``): a Kueue
+Workload's podSets' templates with what Kueue will add from the assigned ResourceFlavors, a Volcano
+PodGroup's ``metronome.dev/pod-constraints`` copied from its Job; a node must admit every spec.
 """
 
 from __future__ import annotations

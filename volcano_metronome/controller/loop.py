@@ -3,10 +3,11 @@
 One cycle = read every store (merged with our own recent writes), observe, decide (the core),
 maybe re-optimise (moves, and unlocking gangs left with no contended link), plan, write. Cycles
 run when an informer reports a change (after a short debounce that batches bursts of events),
-after a failed write (with backoff), and every
+after a failed write (with backoff), at the next pods-timeout deadline (``Plan.wake_at_s``), and every
 ``resyncSeconds`` regardless. Re-optimisation runs per QueuePolicy every ``intervalSeconds`` when
 enabled, and for every such policy when the network changes; gangs no QueuePolicy governs get the
-built-in policy's pass (the CRD's defaults).
+built-in policy's pass (the CRD's defaults); and a policy one of whose gangs adopts or drops a
+measured profile gets one whatever its settings (``profiledrift``).
 """
 
 from __future__ import annotations

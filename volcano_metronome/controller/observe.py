@@ -3,8 +3,8 @@
 - Gangs come from managed pods (annotations ``metronome.dev/gang-kind`` / ``gang-name``, or Volcano's
   ``scheduling.k8s.io/group-name``), from PodGroups of Volcano Jobs whose pods Volcano has not created
   yet (``gangs.decidable_before_pods``), and from Kueue Workloads held by our AdmissionCheck (these
-  two are decided before they have pods). Pods of a batch Job that Kueue manages
-  belong to the Job's Workload (its owner reference).
+  two are decided before they have pods). Pods of a job that Kueue manages (a batch Job, JobSet,
+  PyTorchJob or MPIJob) belong to the job's Workload (its owner reference, ``owners.OWNER_KINDS``).
 - A gang's STBandwidthClaim is the durable record of its decision: the claim whose ``gangRef``
   names the gang, else the claim the gang object names in ``metronome.dev/claim`` (when that claim
   is not bound to another gang), else one the controller will create (one lookup rule:

@@ -1,6 +1,7 @@
 """The values a cycle works on: gangs, their pods and claims, and the observed world. PURE.
 
-Built by ``controller.observe`` (and kept by ``controller.incremental``); read by deciding and planning.
+Built by ``controller.observe`` (kept between cycles by its ``Observer``, ``loads.RunningLoads`` and
+``claimset``); read by deciding and planning.
 """
 
 from __future__ import annotations
