@@ -118,23 +118,15 @@ def _decided(claim: Any, kind: str, name: str) -> tuple[tuple[str, ...], tuple[i
 
 
 def _pinned_by_us(spec: Mapping[str, Any]) -> tuple[str, ...] | None:
-    """The nodes of a required node affinity made only of the terms ``Placement.affinity`` writes; else None."""
-    affinity = spec.get("affinity") or {}
+    """The nodes of a node affinity that is exactly what ``Placement.affinity`` writes; else None."""
+    affinity = spec.get("affinity")
     node = affinity.get("nodeAffinity") if isinstance(affinity, dict) else None
-    required = node.get("requiredDuringSchedulingIgnoredDuringExecution") if isinstance(node, dict) else None
-    terms = required.get("nodeSelectorTerms") if isinstance(required, dict) and len(required) == 1 else None
-    if not isinstance(terms, list) or not terms:
+    try:
+        terms = node["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]  # type: ignore[index]
+        nodes = tuple(str(term["matchFields"][0]["values"][0]) for term in terms)
+    except (TypeError, KeyError, IndexError):
         return None
-    nodes = []
-    for term in terms:
-        fields = term.get("matchFields") if isinstance(term, dict) and set(term) == {"matchFields"} else None
-        if not (isinstance(fields, list) and len(fields) == 1 and isinstance(fields[0], dict)
-                and fields[0].get("key") == NODE_NAME_FIELD and fields[0].get("operator") == "In"
-                and isinstance(fields[0].get("values"), list) and len(fields[0]["values"]) == 1
-                and isinstance(fields[0]["values"][0], str)):
-            return None
-        nodes.append(fields[0]["values"][0])
-    return tuple(nodes)
+    return nodes if nodes and node == Placement(nodes, {}, "").affinity()["nodeAffinity"] else None
 
 
 def _own_terms(spec: Mapping[str, Any]) -> bool:

@@ -236,16 +236,19 @@ class Controller:
         self._network = fingerprint
         # Gangs no QueuePolicy governs run under the built-in policy, whose re-optimisation is the CRD's default.
         policies = [(v.name, v.reoptimization) for v in world.policies if not v.error]
-        if any(g.policy == DEFAULT_NAME and g.placed and not g.finished for g in world.gangs):
-            policies.append((DEFAULT_NAME, Reoptimization()))
+        policies.append((DEFAULT_NAME, Reoptimization()))
         due = []
         for name, r in policies:
             if not r.enabled:
                 continue
             last = self._last_reopt.setdefault(name, now)
             if changed or now - last >= r.interval_s:
-                due.append(name)
                 self._last_reopt[name] = now
+                # Whether the built-in policy governs a placed gang is looked up only when its pass is due:
+                # a walk over every gang each cycle would cost in proportion to the cluster, not the change.
+                if name != DEFAULT_NAME or any(g.policy == DEFAULT_NAME and g.placed and not g.finished
+                                               for g in world.gangs):
+                    due.append(name)
         return due
 
     def _record(self, world: World, plan: Plan, outcome: Outcome, results: Mapping[str, Decision | NoFit],

@@ -67,22 +67,22 @@ def build(nodes: Sequence[Mapping[str, Any]], capacities: Sequence[Mapping[str, 
         topo = _try(names, nics + upper, CAPACITIES, warnings)
         if topo is not None:
             return Network(topo, CAPACITIES, tuple(warnings), tuple(states))
-        # The switch tiers' link sets overlap: none of them is used (the NICs still are).
-        conflict = warnings[-1]
-        states = [dataclasses.replace(s, reason=CONFLICT, message=conflict) if not s.reason and s.tier > 0 else s
-                  for s in states]
-    public = tuple(states)
+        # The switch tiers' link sets overlap (the reason is what _try just reported): none of them is used,
+        # the NICs still are.
+        states = [dataclasses.replace(s, reason=CONFLICT, message=warnings[-1]) if not s.reason and s.tier > 0
+                  else s for s in states]
+    verdicts = tuple(states)
     if hypernodes:
         links, hn_warn = _from_hypernodes(hypernodes, names, node_labels, defaults)
         warnings += hn_warn
         topo = _try(names, nics + links, HYPERNODES, warnings)
         if topo is not None:
-            return Network(topo, HYPERNODES, tuple(warnings), public)
+            return Network(topo, HYPERNODES, tuple(warnings), verdicts)
     links = _from_labels(names, node_labels, defaults, rack_label, zone_label)
     topo = _try(names, nics + links, LABELS, warnings)
     if topo is None:  # overlapping label domains cannot happen, but never fail the cycle over topology
         topo = Topology(names, tuple(nics))
-    return Network(topo, LABELS, tuple(warnings), public)
+    return Network(topo, LABELS, tuple(warnings), verdicts)
 
 
 def _try(names: tuple[str, ...], links: list[Link], source: str, warnings: list[str]) -> Topology | None:

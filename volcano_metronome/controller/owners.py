@@ -18,12 +18,18 @@ JOB = "Job"
 OWNER_KINDS = (JOB, *api.OWNER_GANG_KINDS)
 
 
+def owning_jobs(workload: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """``(kind, name)`` of each job of ``OWNER_KINDS`` that owns ``workload`` (Kueue makes one)."""
+    refs = (workload.get("metadata") or {}).get("ownerReferences") or []
+    return [(str(ref["kind"]), str(ref["name"])) for ref in refs
+            if isinstance(ref, Mapping) and ref.get("kind") in OWNER_KINDS and ref.get("name")]
+
+
 def workload_owners(workloads: Iterable[Mapping[str, Any]]) -> dict[tuple[str, str, str], str]:
     """``(namespace, owner kind, owner name) -> Workload name`` for the Workloads owned by a job of ``OWNER_KINDS``."""
     owned: dict[tuple[str, str, str], str] = {}
     for workload in workloads:
         meta = workload.get("metadata") or {}
-        for ref in meta.get("ownerReferences") or []:
-            if ref.get("kind") in OWNER_KINDS and ref.get("name"):
-                owned[(str(meta.get("namespace") or ""), str(ref["kind"]), str(ref["name"]))] = str(meta.get("name", ""))
+        for kind, name in owning_jobs(workload):
+            owned[(str(meta.get("namespace") or ""), kind, name)] = str(meta.get("name", ""))
     return owned

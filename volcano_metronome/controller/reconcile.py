@@ -55,7 +55,7 @@ from volcano_metronome.controller.constraints import assign
 from volcano_metronome.shapes import JSON
 from volcano_metronome.controller.views import (GANG_API_VERSIONS, PODS_TIMEOUT, RELEASED, WORKLOAD, ClaimView, GangKey,
                                                 GangView, PodView, World)
-from volcano_metronome.controller.owners import OWNER_KINDS
+from volcano_metronome.controller.owners import owning_jobs
 from volcano_metronome.controller.settings import Settings
 from volcano_metronome.core.decision import Decision, NoFit
 from volcano_metronome.core.errors import InvalidInput
@@ -219,9 +219,9 @@ def regarding(gang: GangView) -> JSON:
 
 def _claim_body(gang: GangView) -> JSON:
     meta: JSON = {"name": gang.claim_name, "namespace": gang.key.namespace, "labels": {api.MANAGED_LABEL: "true"}}
-    job = _owning_job(gang)
-    if job is not None:  # the identity its pods name, and with it their runtime helpers' reports (agent/reports)
-        meta["annotations"] = {api.GANG_KIND: job[0], api.GANG_NAME: job[1]}
+    jobs = owning_jobs(gang.obj) if gang.key.kind == WORKLOAD and gang.obj is not None else []
+    if jobs:  # the identity its pods name, and with it their runtime helpers' reports (agent/reports)
+        meta["annotations"] = {api.GANG_KIND: jobs[0][0], api.GANG_NAME: jobs[0][1]}
     if gang.obj is not None and objects.meta(gang.obj).get("uid"):
         meta["ownerReferences"] = [{
             "apiVersion": gang.obj.get("apiVersion") or GANG_API_VERSIONS[gang.key.kind], "kind": gang.key.kind,
@@ -235,16 +235,6 @@ def _claim_body(gang: GangView) -> JSON:
     if gang.policy:
         spec["queuePolicy"] = gang.policy
     return {"apiVersion": api.API_VERSION, "kind": "STBandwidthClaim", "metadata": meta, "spec": spec}
-
-
-def _owning_job(gang: GangView) -> tuple[str, str] | None:
-    """``(kind, name)`` of the job owning a Kueue Workload gang (a batch Job, JobSet, PyTorchJob, MPIJob)."""
-    if gang.key.kind != WORKLOAD or gang.obj is None:
-        return None
-    for ref in objects.meta(gang.obj).get("ownerReferences") or ():
-        if isinstance(ref, dict) and ref.get("kind") in OWNER_KINDS and ref.get("name"):
-            return str(ref["kind"]), str(ref["name"])
-    return None
 
 
 def _ensure_claim(gang: GangView) -> tuple[CreateClaim, ...]:
