@@ -122,7 +122,7 @@ def test_a_lock_re_lays_a_free_gang_at_the_period_it_shares(fake: FakeApi, monke
     assert {pod_timing(p)[0] for p in pods(fake, "a")} == {EXACT}
     assert claim(fake, "b")["status"]["periodMs"] == EXACT and claim(fake, "b")["status"]["locked"] is True
     assert_pods_follow(fake, "b")
-    shares = f"period {PERIOD:g} -> {EXACT:g} ms, the period it shares with {NS}/PodGroup/b"
+    shares = f"period {PERIOD:g} -> {EXACT:g} ms, in step with {NS}/PodGroup/b's"
     note = next(c for c in a["conditions"] if c["type"] == "Reconfigured")["message"]
     assert note.startswith(shares) and note.endswith(f"(re-laid to lock with {NS}/PodGroup/b)"), note
     locked = [e["note"] for e in fake.events if e["reason"] == LOCKED]

@@ -12,10 +12,18 @@ from tests.core.builders import empty, gang, ring, two_nodes
 from volcano_metronome.core.cycle import commit
 from volcano_metronome.core.decision import Decision, decide
 from volcano_metronome.core.grid import SlotGrid, lay_out
-from volcano_metronome.core.model import Policy
+from volcano_metronome.core.model import Gang, Policy
+from volcano_metronome.core.snapshot import Snapshot
 from volcano_metronome.core.traffic import scaled
 
 POLICY = Policy()
+
+
+def placed_alone(first: Gang) -> Snapshot:
+    """Two nodes with ``first`` placed on them as the core decides it, alone."""
+    snap = empty(two_nodes(), 8)
+    commit(snap, first, decide(snap, first, POLICY))
+    return snap
 
 
 def test_exact_is_the_slot_ceiling_and_off_the_grid():
@@ -28,9 +36,7 @@ def test_exact_is_the_slot_ceiling_and_off_the_grid():
 def test_identical_gangs_lock_at_their_exact_period_and_the_free_neighbour_is_re_laid():
     # 10 ms bursts in a 190 ms period: at the grid's 200 ms a lock pads 10 ms per iteration each, more than
     # the rare collisions cost; at 190 ms (38 slots, off the grid) it pads nothing.
-    snap = empty(two_nodes(), 8)
-    a = gang("a", 2, 5, period=190.0, start=150.0, length=10.0)
-    commit(snap, a, decide(snap, a, POLICY))
+    snap = placed_alone(gang("a", 2, 5, period=190.0, start=150.0, length=10.0))
     assert snap.placed["a"].pattern.slots == 40 and not snap.placed["a"].locked  # alone: free, on the grid
     d = decide(snap, gang("b", 2, 3, period=190.0, start=150.0, length=10.0), POLICY)
     assert isinstance(d, Decision) and d.locked and d.locks == ("a",)
@@ -49,6 +55,29 @@ def test_a_neighbour_locked_on_another_period_keeps_the_newcomer_on_the_grid():
     assert isinstance(d, Decision) and d.period_ms == 200.0 and d.periods == ()
 
 
+def test_gangs_whose_exact_periods_nearly_divide_lock_at_commensurate_periods():
+    # 100 ms bursts every 250 and 465 ms on the same NICs. Their grid snaps, 280 and 525 ms, are incommensurate:
+    # every relative phase comes round and no offset avoids the collisions, so both ran free. 465 ms held to 500
+    # (7.5 % longer, within STRETCH) is twice 250: the free neighbour is re-laid at its exact 250 ms, and both lock.
+    snap = placed_alone(gang("a", 2, 5, period=250.0, start=150.0, length=100.0))
+    assert snap.placed["a"].pattern.slots == 56 and not snap.placed["a"].locked  # alone: free, on the grid
+    b = gang("b", 2, 3, period=465.0, start=365.0, length=100.0)
+    d = decide(snap, b, POLICY)
+    assert isinstance(d, Decision) and d.locked and d.locks == ("a",) and d.feasible
+    assert d.period_ms == 500.0 and d.periods == (("a", 250.0),) and d.padding_ms < d.free_delay_ms
+    commit(snap, b, d)
+    assert {u: (p.pattern.slots, p.locked) for u, p in snap.placed.items()} == {"a": (50, True), "b": (100, True)}
+    assert snap.clean("a") and snap.clean("b")
+
+
+def test_no_commensurate_lock_where_no_multiple_is_within_the_stretch():
+    # 250 and 400 ms: twice 250 is 25 % more than 400, past STRETCH; no period re-laid, nothing off the grid.
+    snap = placed_alone(gang("a", 2, 5, period=250.0, start=150.0, length=100.0))
+    d = decide(snap, gang("b", 2, 3, period=400.0, start=300.0, length=100.0), POLICY)
+    assert isinstance(d, Decision) and d.periods == ()
+    assert snap.grid.max_hyperperiod_slots % int(round(d.period_ms / snap.grid.slot_ms)) == 0  # a grid period
+
+
 def test_no_exact_period_beyond_the_hyperperiod_cap():
     snap = empty(two_nodes(), 8, SlotGrid(5.0, 40))  # a cap of 40 slots: 38 and 40 have lcm 760
     a = gang("a", 2, 5, period=190.0, start=150.0, length=10.0)
@@ -61,12 +90,13 @@ def test_no_exact_period_beyond_the_hyperperiod_cap():
 @given(st.data())
 def test_an_exact_lock_leaves_every_locked_gang_clean_and_deciding_changes_nothing(data):
     snap = empty(ring(4), 8)
-    periods = st.sampled_from([190.0, 192.0, 200.0])  # exact 38, 39, 40 slots; all snap to 40 on the grid
+    # Exact 38, 39, 40 and 76 slots: the first three snap to 40 on the grid, 380 ms to 80; 76 is twice 38.
+    periods = st.sampled_from([190.0, 192.0, 200.0, 380.0])
     for i in range(data.draw(st.integers(1, 4))):
         first = data.draw(st.integers(0, 3))
         g = gang(f"g{i}", 2, 1, data.draw(periods), 0.0, data.draw(st.sampled_from([20.0, 40.0, 60.0])), 100.0)
         snap.assume(g, np.array(sorted({first, (first + 1) % 4})), np.array([1, 1]),
-                    data.draw(st.integers(0, 39)), hold_gpus=False, locked=data.draw(st.booleans()))
+                    data.draw(st.integers(0, 79)), hold_gpus=False, locked=data.draw(st.booleans()))
         if not all(snap.clean(u) for u in snap.placed if snap.placed[u].locked):
             snap.forget(g.uid)
     snap.fold()
@@ -77,10 +107,13 @@ def test_an_exact_lock_leaves_every_locked_gang_clean_and_deciding_changes_nothi
     d = decide(snap, new, POLICY)
     assert isinstance(d, Decision)
     assert {u: (p.offset, p.locked, p.pattern.slots) for u, p in snap.placed.items()} == before
-    event(f"locked={d.locked}, re-laid={len(d.periods)}, exact={d.period_ms != 200.0}")
+    event(f"locked={d.locked}, re-laid={len(d.periods)}, exact={d.period_ms not in (200.0, 400.0)}, "
+          f"commensurate={any(ms != d.period_ms for _, ms in d.periods)}")
     if d.periods:
         assert d.locked and {u for u, _ in d.periods} <= set(d.locks)
-        assert all(ms == d.period_ms for _, ms in d.periods) and all(not before[u][1] for u, _ in d.periods)
+        # Each re-laid period divides the newcomer's or is a multiple of it.
+        assert all(max(ms, d.period_ms) % min(ms, d.period_ms) == 0 for _, ms in d.periods)
+        assert all(not before[u][1] for u, _ in d.periods)
     commit(snap, new, d)
     for uid, ms in d.periods:
         assert snap.placed[uid].pattern.period.ms == ms
@@ -130,9 +163,7 @@ def test_identical_gangs_whose_bursts_overfill_the_period_by_a_slot_lock_a_littl
     # 91 ms bursts every 180 ms (36 slots, on the grid and exact): each covers 19 slots, so two need 38 and
     # overlap at every offset of 36. Held to 190 ms (38 slots: 10 ms of padding per iteration each) they
     # interleave, which costs far less than the collisions of two bursts of half a period at a random phase.
-    snap = empty(two_nodes(), 8)
-    a = gang("a", 2, 5, period=180.0, start=80.0, length=91.0)
-    commit(snap, a, decide(snap, a, POLICY))
+    snap = placed_alone(gang("a", 2, 5, period=180.0, start=80.0, length=91.0))
     assert snap.placed["a"].pattern.slots == 36 and not snap.placed["a"].locked
     b = gang("b", 2, 3, period=180.0, start=80.0, length=91.0)
     d = decide(snap, b, POLICY)
@@ -146,9 +177,7 @@ def test_identical_gangs_whose_bursts_overfill_the_period_by_a_slot_lock_a_littl
 def test_bursts_that_would_need_a_period_much_longer_than_their_own_run_free():
     # 110 ms bursts every 180 ms (22 slots each): two interleave only from 44 slots, 22 % longer than the
     # period, past STRETCH: the gangs run free at their period.
-    snap = empty(two_nodes(), 8)
-    a = gang("a", 2, 5, period=180.0, start=70.0, length=110.0)
-    commit(snap, a, decide(snap, a, POLICY))
+    snap = placed_alone(gang("a", 2, 5, period=180.0, start=70.0, length=110.0))
     d = decide(snap, gang("b", 2, 3, period=180.0, start=70.0, length=110.0), POLICY)
     assert isinstance(d, Decision) and not d.locked and d.period_ms == 180.0 and d.periods == ()
 
@@ -157,15 +186,11 @@ def test_a_lower_priority_gang_never_stretches_a_higher_priority_ones_period():
     # 30 ms at 60 Gbps and 80 ms at 100 Gbps every 100 ms overlap at every offset (6 + 16 slots of 20);
     # at 110 ms both would fit, but only by padding the higher-priority gang 10 ms per iteration for the
     # lower one's sake: the lower one runs free instead, and nobody's period changes.
-    snap = empty(two_nodes(), 8)
-    high = gang("high", 2, 5, period=100.0, start=0.0, length=30.0, gbps=60.0, priority=10)
-    commit(snap, high, decide(snap, high, POLICY))
+    snap = placed_alone(gang("high", 2, 5, period=100.0, start=0.0, length=30.0, gbps=60.0, priority=10))
     d = decide(snap, gang("low", 2, 3, period=100.0, start=0.0, length=80.0, priority=1, created=1.0), POLICY)
     assert isinstance(d, Decision) and not d.locked and d.period_ms == 100.0 and d.periods == ()
     # The other way round the newcomer is the one that pays: the lower-priority gang is re-laid at 110 ms.
-    snap = empty(two_nodes(), 8)
-    low = gang("low", 2, 5, period=100.0, start=0.0, length=80.0, priority=1)
-    commit(snap, low, decide(snap, low, POLICY))
+    snap = placed_alone(gang("low", 2, 5, period=100.0, start=0.0, length=80.0, priority=1))
     d = decide(snap, gang("high", 2, 3, period=100.0, start=0.0, length=30.0, gbps=60.0, priority=10,
                           created=1.0), POLICY)
     assert isinstance(d, Decision) and d.locked and d.period_ms == 110.0 and d.periods == (("low", 110.0),)

@@ -119,3 +119,20 @@ def test_identical_gangs_whose_bursts_overfill_their_period_interleave_a_little_
     assert all(j.comm_s == pytest.approx(j.comm_ideal_s) for j in locked.values())
     assert all(j.comm_s > j.comm_ideal_s + 1.0 for j in free.values())
     assert max(j.end_s for j in locked.values()) < max(j.end_s for j in free.values()) - 1.0
+
+
+def test_gangs_whose_periods_nearly_divide_lock_at_commensurate_periods(sanity: SimScenario) -> None:
+    # 100 ms bursts every 250 and every 465 ms on the same two NICs: at their grid snaps (280 and 525 ms) they
+    # sweep every relative phase; held to 250 and 500 ms (core.decision._exact, the second 7.5 % longer) they
+    # meet at fixed phases, and the lock interleaves them.
+    short = Profile(250.0, (Window(150.0, 100.0, 100.0),), 0.0)
+    long = Profile(465.0, (Window(365.0, 100.0, 100.0),), 0.0)
+    jobs = [JobSpec("a", 0.0, 2, 6, 60, 0, short), JobSpec("b", 0.5, 2, 2, 30, 0, long)]
+    locked, free = by_name(run(sanity, jobs)), by_name(run(sanity, jobs, "metronome-free"))
+    assert locked["a"].grid_period_s == pytest.approx(0.25) and locked["b"].grid_period_s == pytest.approx(0.5)
+    assert all(j.comm_s == pytest.approx(j.comm_ideal_s) for j in locked.values())
+    assert all(j.comm_s > j.comm_ideal_s + 1.0 for j in free.values())
+    # b pads 35 ms per iteration (1.05 s in all) to save more than a second of collisions on each side.
+    assert sum(j.end_s - j.spec.arrival_s for j in locked.values()) < sum(
+        j.end_s - j.spec.arrival_s for j in free.values()) - 1.0
+

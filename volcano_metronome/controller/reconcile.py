@@ -20,8 +20,8 @@ and its pods get ``period-ms`` but no ``offset-ms``/``epoch``, so its runtime ru
 decision makes one of its links contended, the decision names it in ``Decision.locks``; its claim then
 gets ``locked: true`` and a future epoch (the phase it already has stays: its offset is folded for the
 new epoch), then its pods get ``offset-ms`` and that epoch, then an Event ``Locked``. A lock may re-lay
-the gang at the period it shares with the deciding gang (its exact period or a few slots longer,
-``Decision.periods``): the new ``periodMs`` goes into the same claim write as the lock, then onto its
+the gang at a period in step with the deciding gang's (its exact period or a few slots longer, equal to
+the deciding gang's, dividing it or a multiple of it: ``Decision.periods``): the new ``periodMs`` goes into the same claim write as the lock, then onto its
 pods. The deciding gang's claim writes wait for the locks of the gangs its decision names
 (``GangWrites.requires``): the core leaves gangs free on contended links on purpose where locking would
 not pay, so a lock cannot be inferred later, and a controller killed between the writes must leave at
@@ -161,7 +161,7 @@ def plan(world: World, decided: Decided, settings: Settings, now_s: float,
                 why = (f"moved to lock with {locker}" if by is not None else
                        f"moved to make room for {keys.get(decided.moved_by.get(gang.uid, ''), 'a new gang')}")
                 move = Move(gang.uid, slots, slots, offset_ms)
-            period_ms = decided.periods.get(gang.uid)  # re-laid by its lock at the period it shares
+            period_ms = decided.periods.get(gang.uid)  # re-laid by its lock, in step with the decider
             if move is None and period_ms is not None:
                 why = f"re-laid to lock with {locker}"
             w = _follow(gang, gang.claim, move, settings, now_s, now_ms, lock=lock,
@@ -291,8 +291,8 @@ def _follow(gang: GangView, claim: ClaimView, move: Move | None, settings: Setti
     """Writes that make a placed gang's pods and Workload agree with its claim (and apply a move, a lock,
     a new period or an unlock to the claim first).
 
-    A move, a lock or a new period (``period_ms``: the period a lock re-lays it at, the one it
-    shares with ``shares``) takes effect at the first lattice epoch ``reconfigureLeadMs`` ahead; until
+    A move, a lock or a new period (``period_ms``: the period a lock re-lays it at, in step with
+    ``shares``'s) takes effect at the first lattice epoch ``reconfigureLeadMs`` ahead; until
     then the runtime keeps its previous slot (or, unlocked, keeps running free). The offset written is
     relative to that epoch: ``move``'s origin offset, else the claim's own origin-relative phase.
     """
@@ -308,7 +308,7 @@ def _follow(gang: GangView, claim: ClaimView, move: Move | None, settings: Setti
         epoch, locked = future, True
         # A move's offset is the core's (Unix-epoch relative); a gang re-laid in place keeps its phase.
         offset = relative_offset(move.offset_ms if move is not None else claim.origin_offset_ms(), epoch, period)
-        change = f"period {claim.period_ms:g} -> {period:g} ms, the period it shares with {shares}; " if relaid else ""
+        change = f"period {claim.period_ms:g} -> {period:g} ms, in step with {shares}'s; " if relaid else ""
         note = (f"{change}offset {claim.offset_ms:g} -> {offset:g} ms of {period:g} ms from epoch {epoch} "
                 f"({why})")
         conds = objects.set_condition(claim.conditions, RECONFIGURED, "True", RECONFIGURED, note, now_s)
@@ -326,7 +326,7 @@ def _follow(gang: GangView, claim: ClaimView, move: Move | None, settings: Setti
         locked, transition = True, LOCKED
         status.update({"locked": True, "epoch": epoch})
         if settings.events:
-            change = f"; period {claim.period_ms:g} -> {period:g} ms, the period it shares with {shares}" if (
+            change = f"; period {claim.period_ms:g} -> {period:g} ms, in step with {shares}'s" if (
                 relaid) else ""
             after.append(Event(regarding(gang), LOCKED,
                                f"a gang on its links could now collide with it: bursts aligned at offset "

@@ -53,8 +53,9 @@ scored at its local snap (``_local``: the shortest grid period commensurate with
 where the lock it then allows pays. Where every gang on its contended links has the gang's own exact
 period (identical jobs: ``SlotGrid.exact``, no snapping beyond the slot), the gang is locked there
 instead, or a few slots longer where their bursts together overfill it, the free neighbours it locks
-re-laid with it (``_exact``, ``Decision.periods``), whenever that costs less per unit of time than the
-grid's choice and the hyperperiod stays within the cap; beside such periods a grid snap that would
+re-laid with it (``_exact``, ``Decision.periods``), and likewise where their exact periods, each up to
+``STRETCH`` longer, divide one another (185 and 380 ms locked at 190 and 380), whenever that costs less
+per unit of time than the grid's choice and the hyperperiod stays within the cap; beside such periods a grid snap that would
 take the hyperperiod past the cap gives way to the shortest period that keeps it
 (``SlotGrid.fitting``). With lock on demand, candidate node sets are ranked by that expected cost
 first (padding where locked, collisions where free, nothing where no link is contended), then by
@@ -281,9 +282,9 @@ def _per_slot(snapshot: Snapshot, d: Decision) -> float:
 def _exact(snapshot: Snapshot, gang: Gang, scored: list[_Scored], policy: Policy,
            earliest: int) -> tuple[Decision, float] | None:
     """The gang locked at its exact period (``SlotGrid.exact``: no snapping beyond the slot), or a few slots
-    longer, with the neighbours it would lock re-laid at that period, where every gang on its contended links
-    is an identical job; the best such node set by the same ranking at the shortest such period that locks,
-    settled as at the grid snap; None where none locks.
+    longer, with the free neighbours it would lock re-laid at periods commensurate with it, where every gang on
+    its contended links can hold such a period; the best such node set by the same ranking at the shortest
+    such period that locks, settled as at the grid snap; None where none locks.
 
     Identical jobs meet at fixed phases whatever their period, so the grid's only purpose between them,
     commensurability with other periods, buys nothing, and its padding (up to 14 % per iteration for a
@@ -292,66 +293,89 @@ def _exact(snapshot: Snapshot, gang: Gang, scored: list[_Scored], policy: Policy
     every 296.4 ms, 31 slots each of 60), they overlap at every offset of it, so they ran free, colliding
     for about a quarter of every period at a random phase; a period up to ``STRETCH`` longer (62 slots
     there, 13.6 ms of padding per iteration) lets them interleave, and the lock is taken where it pays.
-    The free neighbours' periods are provisional like their offsets, so they are re-laid with the lock;
-    locked ones must hold it already. Bounded by the cap: the snapshot's hyperperiod with the period must fit.
+    Gangs of different models whose exact periods nearly divide one another are the same case (bert-base and
+    vgg19 behind a thin rack uplink, 185 and 380 ms: bert-base held to 190 ms is half of vgg19's): each held up
+    to ``STRETCH`` longer so that the periods divide, their bursts meet at fixed phases again (``_commensurate``). The free neighbours' periods are provisional
+    like their offsets, so they are re-laid with the lock; locked ones must hold a commensurate period already.
+    Bounded by the cap: the snapshot's hyperperiod with the periods must fit.
     """
     grid = snapshot.grid
     exact = grid.exact(gang.profile.period_ms, "profile.period_ms").slots
     longest = exact + max(1, int(STRETCH * exact))
-    bounds = [(bound, s) for s in scored if (bound := _interleave_bound(snapshot, gang, s, exact, longest)) is not None]
-    if not bounds:
-        return None
     span = math.lcm(snapshot.hyperperiod, scored[0].pattern.slots)  # the grid snap's, as ``_local``
-    tries = [] if exact == scored[0].pattern.slots else [(exact, [s for _, s in bounds])]  # the grid snap: scored
-    tries += [(slots, fit) for slots in range(exact + 1, longest + 1)
-              if (fit := [s for bound, s in bounds if bound <= slots])]
-    for slots, fit in tries:
-        found = _exact_at(snapshot, gang, fit, policy, earliest,
-                          SnappedPeriod(slots, gang.profile.period_ms, grid.slot_ms), exact, span)
-        if found is not None:
-            return found
+    # Which links are contended, and by whom, does not depend on the period (the peak rate does not).
+    sharing = [(s, found) for s in scored
+               if (found := _contended(snapshot, gang, s.pattern, s.candidate.nodes, s.candidate.members))[2]]
+    for slots in range(exact, longest + 1) if sharing else ():
+        if slots == exact == scored[0].pattern.slots:
+            continue  # the grid snap: scored already
+        pattern = lay_out(gang.profile, grid, SnappedPeriod(slots, gang.profile.period_ms, grid.slot_ms))
+        fit = [(s, relaid) for s, found in sharing
+               if (relaid := _commensurate(snapshot, gang, pattern, s.candidate, found)) is not None]
+        if fit and (locked := _exact_at(snapshot, gang, fit, policy, earliest, pattern, span)) is not None:
+            return locked
     return None
 
 
-def _interleave_bound(snapshot: Snapshot, gang: Gang, scored: _Scored, exact: int, longest: int) -> int | None:
-    """For ``gang`` placed as ``scored``: None unless every gang it shares a contended link with is of its exact
-    period or held to one it may take (``exact`` to ``longest`` slots), the node sets ``_exact`` may lock on;
-    else a lower bound on the period (slots) at which they could all send without overflow, each such link
-    carrying their traffic of one period within its capacity."""
-    pattern, cand = scored.pattern, scored.candidate
-    links, mult = loaded_links(snapshot.topology, cand.nodes, cand.members, gang.profile.collective)
-    hot = snapshot.contended(links, scaled(mult, int(pattern.rates.max())))
-    near = snapshot.neighbours(hot)
-    grid = snapshot.grid
-    if not near or not all(exact <= snapshot.placed[u].pattern.slots <= longest
-                           or grid.exact(snapshot.placed[u].gang.profile.period_ms).slots == exact for u in near):
+def _held(snapshot: Snapshot, uid: str, slots: int) -> int | None:
+    """The shortest period (slots) free gang ``uid`` may be held to, its exact one up to ``STRETCH`` longer, that
+    divides or is a multiple of ``slots``; its current one where that already is; None where none is."""
+    placed = snapshot.placed[uid]
+    current = placed.pattern.slots
+    if slots % current == 0 or current % slots == 0:
+        return current
+    if placed.locked:
         return None
-    hot_set = set(hot.tolist())
-    volume = {int(link): float(scaled(m, pattern.rates).sum()) for link, m in zip(links, mult) if int(link) in hot_set}
+    own = snapshot.grid.exact(placed.gang.profile.period_ms).slots
+    return next((q for q in range(own, own + max(1, int(STRETCH * own)) + 1)
+                 if slots % q == 0 or q % slots == 0), None)
+
+
+def _commensurate(snapshot: Snapshot, gang: Gang, pattern: Pattern, cand: Candidate,
+                  contended: tuple[np.ndarray, np.ndarray, set[str]]) -> dict[str, int] | None:
+    """The free gangs to re-lay, and at which periods (slots), so that every gang ``gang`` would share a contended
+    link with on ``cand`` holds a period commensurate with ``pattern``'s; None where one cannot (a locked gang on
+    an incommensurate period, a free one none of whose periods within ``STRETCH`` is commensurate), or where their traffic of one common hyperperiod cannot fit a contended link's capacity
+    (a lower bound: at such periods no offset can interleave them). ``contended`` is ``_contended``'s answer."""
+    links, extra, near = contended
+    held: dict[str, int] = {}
+    for uid in near:
+        if (q := _held(snapshot, uid, pattern.slots)) is None:
+            return None
+        held[uid] = q
+    if math.lcm(snapshot.hyperperiod, pattern.slots, *held.values()) > snapshot.grid.max_hyperperiod_slots:
+        return None
+    # Their traffic of one common hyperperiod must fit each contended link's capacity over it.
+    rate = {int(link): float(scaled(m, pattern.rates).sum()) / pattern.slots
+            for link, m in zip(*loaded_links(snapshot.topology, cand.nodes, cand.members, gang.profile.collective))}
+    hot = set(snapshot.contended(links, extra).tolist())
     for uid in near:
         placed = snapshot.placed[uid]
         for link, m in zip(placed.links.tolist(), placed.multiplier):
-            if link in volume:
-                volume[link] += float(scaled(m, placed.pattern.rates).sum())
+            if link in hot:
+                rate[link] += float(scaled(m, placed.pattern.rates).sum()) / held[uid]
     capacity = snapshot.topology.capacity_mbps
-    return int(max(math.ceil(v / capacity[link] - 1e-9) for link, v in volume.items()))
-
-
-def _exact_at(snapshot: Snapshot, gang: Gang, scored: list[_Scored], policy: Policy, earliest: int,
-              period: SnappedPeriod, exact: int, span: int) -> tuple[Decision, float] | None:
-    """``_exact`` at one period: the best node set of ``scored`` locked there, or None."""
-    if math.lcm(snapshot.hyperperiod, period.slots) > snapshot.grid.max_hyperperiod_slots:
+    if any(rate[link] > capacity[link] + _EPS for link in hot):
         return None
-    pattern = lay_out(gang.profile, snapshot.grid, period)
-    best: tuple[_Scored, tuple[str, ...]] | None = None
-    for s in scored:
-        relaid = _sharing(snapshot, gang, pattern, s.candidate, exact)
-        if relaid is None or any(snapshot.placed[u].gang.priority > gang.priority
-                                 and period.slots > snapshot.placed[u].pattern.slots for u in relaid):
+    # The gangs a lock takes along beyond its links are re-laid where they can be, else kept as they are.
+    for uid in (_unlocked_closure(snapshot, near, links, extra) or set()) - set(near):
+        held[uid] = _held(snapshot, uid, pattern.slots) or snapshot.placed[uid].pattern.slots
+    if math.lcm(snapshot.hyperperiod, pattern.slots, *held.values()) > snapshot.grid.max_hyperperiod_slots:
+        return None
+    return {uid: q for uid, q in sorted(held.items()) if q != snapshot.placed[uid].pattern.slots}
+
+
+def _exact_at(snapshot: Snapshot, gang: Gang, fit: list[tuple[_Scored, dict[str, int]]], policy: Policy,
+              earliest: int, pattern: Pattern, span: int) -> tuple[Decision, float] | None:
+    """``_exact`` at one period: the best node set of ``fit`` locked there, its neighbours re-laid as given, or None."""
+    best: tuple[_Scored, dict[str, int]] | None = None
+    for s, relaid in fit:
+        if any(snapshot.placed[u].gang.priority > gang.priority and q > snapshot.placed[u].pattern.slots
+               for u, q in relaid.items()):
             continue  # a lower-priority gang's lock never lengthens a higher-priority one's iterations
-        with _relaid(snapshot, relaid, period.slots):
+        with _relaid(snapshot, relaid):
             found = _score(snapshot, gang, pattern, s.candidate, policy, earliest)
-            scale = span / math.lcm(snapshot.hyperperiod, period.slots)  # as ``_local``: to the grid snap's span
+            scale = span / math.lcm(snapshot.hyperperiod, pattern.slots)  # as ``_local``: to the grid snap's span
         if found is not None and found.lock.no_overflow:
             found = dataclasses.replace(found, scale=scale)
             if best is None or found.expected_key() < best[0].expected_key():
@@ -359,46 +383,29 @@ def _exact_at(snapshot: Snapshot, gang: Gang, scored: list[_Scored], policy: Pol
     if best is None:
         return None
     found, relaid = best
-    with _relaid(snapshot, relaid, period.slots):
+    with _relaid(snapshot, relaid):
         d = _settle(snapshot, gang, found, policy, earliest)
         cost = _per_slot(snapshot, d)
     if not d.locked:
         return None
-    return dataclasses.replace(d, periods=tuple((uid, period.ms) for uid in relaid if uid in d.locks)), cost
-
-
-def _sharing(snapshot: Snapshot, gang: Gang, pattern: Pattern, cand: Candidate,
-             exact: int) -> tuple[str, ...] | None:
-    """The free gangs to re-lay at ``pattern``'s period so that every gang ``gang`` would share a contended link
-    with on ``cand`` holds it, or None where one cannot (a locked gang on another period, a free one whose own
-    exact period is not ``exact``, or no contended neighbour at all)."""
-    links, extra, near = _contended(snapshot, gang, pattern, cand.nodes, cand.members)
-    if not near:
-        return None
-    def relayable(uid: str) -> bool:  # free, on another period, and its own exact period is the gang's
-        placed = snapshot.placed[uid]
-        return (not placed.locked and placed.pattern.slots != pattern.slots
-                and snapshot.grid.exact(placed.gang.profile.period_ms).slots == exact)
-
-    if not all(snapshot.placed[uid].pattern.slots == pattern.slots or relayable(uid) for uid in near):
-        return None
-    closure = _unlocked_closure(snapshot, near, links, extra) or set()
-    return tuple(sorted(uid for uid in closure if relayable(uid)))
+    slot = snapshot.grid.slot_ms
+    return dataclasses.replace(d, periods=tuple((uid, q * slot) for uid, q in relaid.items() if uid in d.locks)), cost
 
 
 @contextlib.contextmanager
-def _relaid(snapshot: Snapshot, uids: tuple[str, ...], slots: int) -> Iterator[None]:
-    """The free gangs ``uids`` laid at ``slots`` (offsets folded) for the duration; the snapshot as it was after."""
+def _relaid(snapshot: Snapshot, periods: dict[str, int]) -> Iterator[None]:
+    """The free gangs of ``periods`` laid at their periods (slots; offsets folded) for the duration; the snapshot
+    as it was after."""
     grid = snapshot.grid
-    saved = [snapshot.forget(uid) for uid in uids]
+    saved = [(snapshot.forget(uid), slots) for uid, slots in periods.items()]
     try:
-        for p in saved:
+        for p, slots in saved:
             snapshot.assume(p.gang, p.nodes, p.members, p.offset,
                             lay_out(p.gang.profile, grid, SnappedPeriod(slots, p.gang.profile.period_ms, grid.slot_ms)),
                             p.holds_gpus, locked=p.locked)
         yield
     finally:
-        for p in saved:
+        for p, _ in saved:
             if p.gang.uid in snapshot.placed:
                 snapshot.forget(p.gang.uid)
             snapshot.assume(p.gang, p.nodes, p.members, p.offset, p.pattern, p.holds_gpus, locked=p.locked)

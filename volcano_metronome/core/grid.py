@@ -105,9 +105,9 @@ class SlotGrid:
     def exact(self, period_ms: float, field: str = "period_ms") -> SnappedPeriod:
         """The whole number of slots covering ``period_ms``: no snapping beyond the slot.
 
-        Off the grid in general, so only for gangs whose contended neighbours all share it (identical
-        jobs meet at fixed phases whatever their period), and only while the snapshot's hyperperiod stays
-        within the cap (``core.decision._exact``)."""
+        Off the grid in general, so only for gangs whose contended neighbours all hold it or a period that
+        divides it or is a multiple of it (such gangs meet at fixed phases whatever their period), and only
+        while the snapshot's hyperperiod stays within the cap (``core.decision._exact``)."""
         slots = max(1, self.slots(period_ms))
         if slots > self.max_hyperperiod_slots:
             raise limits.beyond_cap(field, period_ms, self.max_hyperperiod_ms)

@@ -95,7 +95,7 @@ class Metronome(SimPolicy):
             self.counts["relocations"] += len(result.relocations)
             self.counts["locks"] += len(result.locks)
             # Gangs locked now, and locked neighbours the lock re-arranged: each re-anchors on its new offset
-            # (and, re-laid at the exact period it shares with this gang, on its new period).
+            # (and, re-laid at a period in step with this gang's, on its new period).
             self._periods.extend(result.periods)
             self.counts["exact_locks"] += int(self._off_grid(result))
             rearranged = tuple(uid for uid, _ in result.relocations if uid not in result.locks)
@@ -127,7 +127,7 @@ class Metronome(SimPolicy):
         return out
 
     def periods(self) -> list[tuple[str, float]]:
-        """New periods (ms) published since the last call: gangs a lock re-laid at the exact period it shares."""
+        """New periods (ms) published since the last call: gangs a lock re-laid at a period in step with its decider's."""
         out, self._periods = self._periods, []
         return out
 
