@@ -416,6 +416,38 @@ def test_identical_gangs_off_the_grid_are_locked_at_their_exact_period(
     assert "period 200 -> 190 ms" in wait_until(lambda: "period" in notes() and notes(), 10, "a's period event")
 
 
+def test_gangs_whose_periods_nearly_divide_are_locked_in_step(
+        cluster: Cluster, tmp_path: pathlib.Path, controllers: list[ControllerProcess], lock_queue: str) -> None:
+    # 100 ms bursts every 250 and every 465 ms: their grid snaps (280 and 525 ms) do not divide, so the bursts
+    # would sweep every relative phase; b held to 500 ms (7.5 % longer) is twice a's exact 250 ms, a re-laid there.
+    short = {"period_ms": 250, "windows": [{"start_ms": 150, "len_ms": 100, "gbps": 80}], "jitter_ms": 0}
+    long = {"period_ms": 465, "windows": [{"start_ms": 365, "len_ms": 100, "gbps": 80}], "jitter_ms": 0}
+    cluster.nodes(3)
+    ns = cluster.namespace()
+    ctl = start_controller(cluster, tmp_path, controllers, ns)
+    lock_gang(cluster, ns, "a", lock_queue, short)
+    wait_until(lambda: follows_claim(cluster, ns, "a", locked=False), 60, lambda: f"gang a placed free\n{ctl.logs()}")
+    assert claim_status(cluster, ns, "a")["periodMs"] == 280  # alone: free, on the grid
+    lock_gang(cluster, ns, "b", lock_queue, long)
+    wait_until(lambda: follows_claim(cluster, ns, "b", locked=True) and follows_claim(cluster, ns, "a", locked=True),
+               60, lambda: f"gang b placed and gang a locked\n{ctl.logs()}")
+    a, c = claim_status(cluster, ns, "a"), claim_status(cluster, ns, "b")
+    assert (a["periodMs"], c["periodMs"]) == (250, 500)
+    assert all(timing(p)[api.PERIOD_MS] == "250" for p in gang_pods(cluster, ns, "a"))
+    assert all(timing(p)[api.PERIOD_MS] == "500" for p in gang_pods(cluster, ns, "b"))
+    # b's burst starts 365 ms into its period, a's 150 ms into its: b's falls in a's 150 ms gap every time.
+    gap = ((c["epoch"] + c["offsetMs"] + 365) - (a["epoch"] + a["offsetMs"] + 150)) % 250
+    assert 100 <= gap <= 150, (a, c)
+    cluster.check_consistent(ns)
+
+    def notes() -> str:  # the Events go out after the pod writes (writer order): waited for
+        return " ".join(e.get("note", "") for e in cluster.k.list(kube.EVENTS, ns)["items"]
+                        if e["regarding"]["name"] == "a" and e["reason"] in ("Reconfigured", "Locked"))
+
+    note = wait_until(lambda: "period" in notes() and notes(), 10, "a's period event")
+    assert f"period 280 -> 250 ms, in step with {ns}/PodGroup/b's" in note
+
+
 @pytest.mark.parametrize("kill_after", [1, 2, 3])
 def test_killed_between_the_lock_writes_and_restarted_converges(
         cluster: Cluster, tmp_path: pathlib.Path, controllers: list[ControllerProcess], lock_queue: str,
