@@ -21,12 +21,12 @@ decision makes one of its links contended, the decision names it in ``Decision.l
 gets ``locked: true`` and a future epoch (the phase it already has stays: its offset is folded for the
 new epoch), then its pods get ``offset-ms`` and that epoch, then an Event ``Locked``. A lock may re-lay
 the gang at a period in step with the deciding gang's (its exact period or a few slots longer, equal to
-the deciding gang's, dividing it or a multiple of it: ``Decision.periods``): the new ``periodMs`` goes into the same claim write as the lock, then onto its
-pods. The deciding gang's claim writes wait for the locks of the gangs its decision names
-(``GangWrites.requires``): the core leaves gangs free on contended links on purpose where locking would
-not pay, so a lock cannot be inferred later, and a controller killed between the writes must leave at
-worst a locked gang whose decider is decided again, never a decision recorded without its locks. The
-periodic re-optimisation pass unlocks locked gangs left with no contended link
+the deciding gang's, dividing it or a multiple of it: ``Decision.periods``): the new ``periodMs`` goes
+into the same claim write as the lock, then onto its pods. The deciding gang's claim writes wait for the
+locks of the gangs its decision names (``GangWrites.requires``): the core leaves gangs free on contended
+links on purpose where locking would not pay, so a lock cannot be inferred later, and a controller killed
+between the writes must leave at worst a locked gang whose decider is decided again, never a decision
+recorded without its locks. The periodic re-optimisation pass unlocks locked gangs left with no contended link
 (``Snapshot.unlockable``): ``locked: false``, then ``offset-ms``/``epoch`` removed from their pods,
 then an Event ``Unlocked``.
 

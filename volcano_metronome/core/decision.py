@@ -55,8 +55,8 @@ period (identical jobs: ``SlotGrid.exact``, no snapping beyond the slot), the ga
 instead, or a few slots longer where their bursts together overfill it, the free neighbours it locks
 re-laid with it (``_exact``, ``Decision.periods``), and likewise where their exact periods, each up to
 ``STRETCH`` longer, divide one another (185 and 380 ms locked at 190 and 380), whenever that costs less
-per unit of time than the grid's choice and the hyperperiod stays within the cap; beside such periods a grid snap that would
-take the hyperperiod past the cap gives way to the shortest period that keeps it
+per unit of time than the grid's choice and the hyperperiod stays within the cap; beside such periods a
+grid snap that would take the hyperperiod past the cap gives way to the shortest period that keeps it
 (``SlotGrid.fitting``). With lock on demand, candidate node sets are ranked by that expected cost
 first (padding where locked, collisions where free, nothing where no link is contended), then by
 locality and their rank in ``core.placement`` (binpack first, as Volcano's topology plugin would
@@ -295,9 +295,10 @@ def _exact(snapshot: Snapshot, gang: Gang, scored: list[_Scored], policy: Policy
     there, 13.6 ms of padding per iteration) lets them interleave, and the lock is taken where it pays.
     Gangs of different models whose exact periods nearly divide one another are the same case (bert-base and
     vgg19 behind a thin rack uplink, 185 and 380 ms: bert-base held to 190 ms is half of vgg19's): each held up
-    to ``STRETCH`` longer so that the periods divide, their bursts meet at fixed phases again (``_commensurate``). The free neighbours' periods are provisional
-    like their offsets, so they are re-laid with the lock; locked ones must hold a commensurate period already.
-    Bounded by the cap: the snapshot's hyperperiod with the periods must fit.
+    to ``STRETCH`` longer so that the periods divide, their bursts meet at fixed phases again
+    (``_commensurate``). The free neighbours' periods are provisional like their offsets, so they are re-laid
+    with the lock; locked ones must hold a commensurate period already. Bounded by the cap: the snapshot's
+    hyperperiod with the periods must fit.
     """
     grid = snapshot.grid
     exact = grid.exact(gang.profile.period_ms, "profile.period_ms").slots
@@ -335,8 +336,9 @@ def _commensurate(snapshot: Snapshot, gang: Gang, pattern: Pattern, cand: Candid
                   contended: tuple[np.ndarray, np.ndarray, set[str]]) -> dict[str, int] | None:
     """The free gangs to re-lay, and at which periods (slots), so that every gang ``gang`` would share a contended
     link with on ``cand`` holds a period commensurate with ``pattern``'s; None where one cannot (a locked gang on
-    an incommensurate period, a free one none of whose periods within ``STRETCH`` is commensurate), or where their traffic of one common hyperperiod cannot fit a contended link's capacity
-    (a lower bound: at such periods no offset can interleave them). ``contended`` is ``_contended``'s answer."""
+    an incommensurate period, a free one none of whose periods within ``STRETCH`` is commensurate), or where
+    their traffic of one common hyperperiod cannot fit a contended link's capacity (a lower bound: at such
+    periods no offset can interleave them). ``contended`` is ``_contended``'s answer for ``cand``."""
     links, extra, near = contended
     held: dict[str, int] = {}
     for uid in near:
