@@ -348,6 +348,32 @@ def assert_interleaved(a: dict, c: dict, period_ms: float = PERIOD_MS) -> None:
     assert WINDOW_MS <= gap <= period_ms - WINDOW_MS, (a, c)
 
 
+def locked_beside(cluster: Cluster, tmp_path: pathlib.Path, controllers: list[ControllerProcess], queue: str,
+                  first: dict, second: dict, grid_ms: float) -> tuple[str, dict, dict]:
+    """Gang a (``first``) placed alone, free on its grid period ``grid_ms``, then gang b (``second``), until b is
+    placed and a locked: the namespace and both claims' status."""
+    cluster.nodes(3)
+    ns = cluster.namespace()
+    ctl = start_controller(cluster, tmp_path, controllers, ns)
+    lock_gang(cluster, ns, "a", queue, first)
+    wait_until(lambda: follows_claim(cluster, ns, "a", locked=False), 60, lambda: f"gang a placed free\n{ctl.logs()}")
+    assert claim_status(cluster, ns, "a")["periodMs"] == grid_ms  # alone: free, on the grid
+    lock_gang(cluster, ns, "b", queue, second)
+    wait_until(lambda: follows_claim(cluster, ns, "b", locked=True) and follows_claim(cluster, ns, "a", locked=True),
+               60, lambda: f"gang b placed and gang a locked\n{ctl.logs()}")
+    return ns, claim_status(cluster, ns, "a"), claim_status(cluster, ns, "b")
+
+
+def period_notes(cluster: Cluster, ns: str, gang: str) -> str:
+    """The notes of ``gang``'s Reconfigured and Locked Events, once one names a period (the Events go out after
+    the pod writes, in writer order: waited for)."""
+    def notes() -> str:
+        return " ".join(e.get("note", "") for e in cluster.k.list(kube.EVENTS, ns)["items"]
+                        if e["regarding"]["name"] == gang and e["reason"] in ("Reconfigured", "Locked"))
+
+    return str(wait_until(lambda: "period" in notes() and notes(), 10, f"{gang}'s period event"))
+
+
 def delete_gang(cluster: Cluster, ns: str, gang: str) -> None:
     for p in gang_pods(cluster, ns, gang):
         cluster.delete_pod(ns, objects.name(p))
@@ -393,27 +419,13 @@ def test_identical_gangs_off_the_grid_are_locked_at_their_exact_period(
     # 24 ms bursts every 190 ms: held to the grid's 200 ms a lock pads 10 ms per iteration each, more than the
     # collisions it saves; at their exact period (38 slots, off the grid) it pads nothing, so it is taken.
     profile = {"period_ms": 190, "windows": [{"start_ms": 166, "len_ms": 24, "gbps": 80}], "jitter_ms": 0}
-    cluster.nodes(3)
-    ns = cluster.namespace()
-    ctl = start_controller(cluster, tmp_path, controllers, ns)
-    lock_gang(cluster, ns, "a", lock_queue, profile)
-    wait_until(lambda: follows_claim(cluster, ns, "a", locked=False), 60, lambda: f"gang a placed free\n{ctl.logs()}")
-    assert claim_status(cluster, ns, "a")["periodMs"] == 200  # alone: free, on the grid
-    lock_gang(cluster, ns, "b", lock_queue, profile)
-    wait_until(lambda: follows_claim(cluster, ns, "b", locked=True) and follows_claim(cluster, ns, "a", locked=True),
-               60, lambda: f"gang b placed and gang a locked\n{ctl.logs()}")
-    a, c = claim_status(cluster, ns, "a"), claim_status(cluster, ns, "b")
+    ns, a, c = locked_beside(cluster, tmp_path, controllers, lock_queue, profile, profile, grid_ms=200)
     assert a["periodMs"] == c["periodMs"] == 190
     assert all(timing(p)[api.PERIOD_MS] == "190" for g in ("a", "b") for p in gang_pods(cluster, ns, g))
     # 190 ms does not divide the lattice step (25,200 ms): the offsets are written relative to their epochs.
     assert_interleaved(a, c, 190.0)
     cluster.check_consistent(ns)
-
-    def notes() -> str:  # the Events go out after the pod writes (writer order): waited for
-        return " ".join(e.get("note", "") for e in cluster.k.list(kube.EVENTS, ns)["items"]
-                        if e["regarding"]["name"] == "a" and e["reason"] in ("Reconfigured", "Locked"))
-
-    assert "period 200 -> 190 ms" in wait_until(lambda: "period" in notes() and notes(), 10, "a's period event")
+    assert "period 200 -> 190 ms" in period_notes(cluster, ns, "a")
 
 
 def test_gangs_whose_periods_nearly_divide_are_locked_in_step(
@@ -422,16 +434,7 @@ def test_gangs_whose_periods_nearly_divide_are_locked_in_step(
     # would sweep every relative phase; b held to 500 ms (7.5 % longer) is twice a's exact 250 ms, a re-laid there.
     short = {"period_ms": 250, "windows": [{"start_ms": 150, "len_ms": 100, "gbps": 80}], "jitter_ms": 0}
     long = {"period_ms": 465, "windows": [{"start_ms": 365, "len_ms": 100, "gbps": 80}], "jitter_ms": 0}
-    cluster.nodes(3)
-    ns = cluster.namespace()
-    ctl = start_controller(cluster, tmp_path, controllers, ns)
-    lock_gang(cluster, ns, "a", lock_queue, short)
-    wait_until(lambda: follows_claim(cluster, ns, "a", locked=False), 60, lambda: f"gang a placed free\n{ctl.logs()}")
-    assert claim_status(cluster, ns, "a")["periodMs"] == 280  # alone: free, on the grid
-    lock_gang(cluster, ns, "b", lock_queue, long)
-    wait_until(lambda: follows_claim(cluster, ns, "b", locked=True) and follows_claim(cluster, ns, "a", locked=True),
-               60, lambda: f"gang b placed and gang a locked\n{ctl.logs()}")
-    a, c = claim_status(cluster, ns, "a"), claim_status(cluster, ns, "b")
+    ns, a, c = locked_beside(cluster, tmp_path, controllers, lock_queue, short, long, grid_ms=280)
     assert (a["periodMs"], c["periodMs"]) == (250, 500)
     assert all(timing(p)[api.PERIOD_MS] == "250" for p in gang_pods(cluster, ns, "a"))
     assert all(timing(p)[api.PERIOD_MS] == "500" for p in gang_pods(cluster, ns, "b"))
@@ -439,13 +442,7 @@ def test_gangs_whose_periods_nearly_divide_are_locked_in_step(
     gap = ((c["epoch"] + c["offsetMs"] + 365) - (a["epoch"] + a["offsetMs"] + 150)) % 250
     assert 100 <= gap <= 150, (a, c)
     cluster.check_consistent(ns)
-
-    def notes() -> str:  # the Events go out after the pod writes (writer order): waited for
-        return " ".join(e.get("note", "") for e in cluster.k.list(kube.EVENTS, ns)["items"]
-                        if e["regarding"]["name"] == "a" and e["reason"] in ("Reconfigured", "Locked"))
-
-    note = wait_until(lambda: "period" in notes() and notes(), 10, "a's period event")
-    assert f"period 280 -> 250 ms, in step with {ns}/PodGroup/b's" in note
+    assert f"period 280 -> 250 ms, in step with {ns}/PodGroup/b's" in period_notes(cluster, ns, "a")
 
 
 @pytest.mark.parametrize("kill_after", [1, 2, 3])

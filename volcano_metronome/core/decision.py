@@ -304,15 +304,12 @@ def _exact(snapshot: Snapshot, gang: Gang, scored: list[_Scored], policy: Policy
     exact = grid.exact(gang.profile.period_ms, "profile.period_ms").slots
     longest = exact + max(1, int(STRETCH * exact))
     span = math.lcm(snapshot.hyperperiod, scored[0].pattern.slots)  # the grid snap's, as ``_local``
-    # Which links are contended, and by whom, does not depend on the period (the peak rate does not).
-    sharing = [(s, found) for s in scored
-               if (found := _contended(snapshot, gang, s.pattern, s.candidate.nodes, s.candidate.members))[2]]
+    sharing = [(s, found) for s in scored if (found := _sharing(snapshot, gang, s)) is not None]
     for slots in range(exact, longest + 1) if sharing else ():
         if slots == exact == scored[0].pattern.slots:
             continue  # the grid snap: scored already
         pattern = lay_out(gang.profile, grid, SnappedPeriod(slots, gang.profile.period_ms, grid.slot_ms))
-        fit = [(s, relaid) for s, found in sharing
-               if (relaid := _commensurate(snapshot, gang, pattern, s.candidate, found)) is not None]
+        fit = [(s, relaid) for s, found in sharing if (relaid := _commensurate(snapshot, slots, found)) is not None]
         if fit and (locked := _exact_at(snapshot, gang, fit, policy, earliest, pattern, span)) is not None:
             return locked
     return None
@@ -332,37 +329,60 @@ def _held(snapshot: Snapshot, uid: str, slots: int) -> int | None:
                  if slots % q == 0 or q % slots == 0), None)
 
 
-def _commensurate(snapshot: Snapshot, gang: Gang, pattern: Pattern, cand: Candidate,
-                  contended: tuple[np.ndarray, np.ndarray, set[str]]) -> dict[str, int] | None:
-    """The free gangs to re-lay, and at which periods (slots), so that every gang ``gang`` would share a contended
-    link with on ``cand`` holds a period commensurate with ``pattern``'s; None where one cannot (a locked gang on
-    an incommensurate period, a free one none of whose periods within ``STRETCH`` is commensurate), or where
-    their traffic of one common hyperperiod cannot fit a contended link's capacity (a lower bound: at such
-    periods no offset can interleave them). ``contended`` is ``_contended``'s answer for ``cand``."""
-    links, extra, near = contended
+@dataclass(frozen=True, eq=False)
+class _Sharing:
+    """What a node set shares, none of which depends on the period tried (the peak rate does not): the gangs on its
+    contended links, those a lock would take along beyond them, and the traffic of one period each puts on those
+    links (Mbps x slots: the gang's own, and each neighbour's at the period it holds now)."""
+
+    near: frozenset[str]
+    beyond: frozenset[str]
+    own: dict[int, float]
+    theirs: tuple[tuple[str, int, float], ...]
+
+
+def _sharing(snapshot: Snapshot, gang: Gang, scored: _Scored) -> _Sharing | None:
+    """``scored``'s node set as ``_commensurate`` needs it; None where it shares no contended link."""
+    cand, pattern = scored.candidate, scored.pattern
+    links, extra, near = _contended(snapshot, gang, pattern, cand.nodes, cand.members)
+    if not near:
+        return None
+    hot = set(snapshot.contended(links, extra).tolist())
+    own = {int(link): float(scaled(m, pattern.rates).sum())
+           for link, m in zip(*loaded_links(snapshot.topology, cand.nodes, cand.members, gang.profile.collective))
+           if int(link) in hot}
+    theirs = tuple((uid, link, float(scaled(m, snapshot.placed[uid].pattern.rates).sum()))
+                   for uid in sorted(near)
+                   for link, m in zip(snapshot.placed[uid].links.tolist(), snapshot.placed[uid].multiplier)
+                   if link in hot)
+    beyond = (_unlocked_closure(snapshot, near, links, extra) or set()) - near
+    return _Sharing(frozenset(near), frozenset(beyond), own, theirs)
+
+
+def _commensurate(snapshot: Snapshot, slots: int, sharing: _Sharing) -> dict[str, int] | None:
+    """The free gangs to re-lay, and at which periods (slots), so that every gang on the node set's contended links
+    holds a period commensurate with ``slots``; None where one cannot (a locked gang on an incommensurate period,
+    a free one none of whose periods within ``STRETCH`` is commensurate), or where their traffic of one common
+    hyperperiod cannot fit a contended link's capacity (a lower bound: at such periods no offset can interleave
+    them)."""
     held: dict[str, int] = {}
-    for uid in near:
-        if (q := _held(snapshot, uid, pattern.slots)) is None:
+    for uid in sharing.near:
+        if (q := _held(snapshot, uid, slots)) is None:
             return None
         held[uid] = q
-    if math.lcm(snapshot.hyperperiod, pattern.slots, *held.values()) > snapshot.grid.max_hyperperiod_slots:
+    if math.lcm(snapshot.hyperperiod, slots, *held.values()) > snapshot.grid.max_hyperperiod_slots:
         return None
     # Their traffic of one common hyperperiod must fit each contended link's capacity over it.
-    rate = {int(link): float(scaled(m, pattern.rates).sum()) / pattern.slots
-            for link, m in zip(*loaded_links(snapshot.topology, cand.nodes, cand.members, gang.profile.collective))}
-    hot = set(snapshot.contended(links, extra).tolist())
-    for uid in near:
-        placed = snapshot.placed[uid]
-        for link, m in zip(placed.links.tolist(), placed.multiplier):
-            if link in hot:
-                rate[link] += float(scaled(m, placed.pattern.rates).sum()) / held[uid]
+    rate = {link: volume / slots for link, volume in sharing.own.items()}
+    for uid, link, volume in sharing.theirs:
+        rate[link] += volume / held[uid]
     capacity = snapshot.topology.capacity_mbps
-    if any(rate[link] > capacity[link] + _EPS for link in hot):
+    if any(r > capacity[link] + _EPS for link, r in rate.items()):
         return None
     # The gangs a lock takes along beyond its links are re-laid where they can be, else kept as they are.
-    for uid in (_unlocked_closure(snapshot, near, links, extra) or set()) - set(near):
-        held[uid] = _held(snapshot, uid, pattern.slots) or snapshot.placed[uid].pattern.slots
-    if math.lcm(snapshot.hyperperiod, pattern.slots, *held.values()) > snapshot.grid.max_hyperperiod_slots:
+    for uid in sharing.beyond:
+        held[uid] = _held(snapshot, uid, slots) or snapshot.placed[uid].pattern.slots
+    if math.lcm(snapshot.hyperperiod, slots, *held.values()) > snapshot.grid.max_hyperperiod_slots:
         return None
     return {uid: q for uid, q in sorted(held.items()) if q != snapshot.placed[uid].pattern.slots}
 
