@@ -13,6 +13,7 @@ from volcano_metronome.catalog import GPU_PEAK_TFLOPS, Catalog, CatalogEntry, bu
 from volcano_metronome.core import fields
 from volcano_metronome.core.errors import InvalidInput
 from volcano_metronome.core.grid import DEFAULT_SLOT_MS, SlotGrid
+from volcano_metronome.core.limits import MAX_HYPERPERIOD_SLOTS
 from volcano_metronome.core.model import Gang, Ordering, Policy
 from volcano_metronome.core.profile import Profile
 from volcano_metronome.core.topology import Topology, leaf_spine
@@ -20,6 +21,13 @@ from volcano_metronome.core.topology import Topology, leaf_spine
 #: Most iterations a job may run: the simulator draws each one's jitter up front (8 bytes each), and a
 #: million 200 ms iterations is 55 hours of training.
 MAX_ITERATIONS = 1_000_000
+#: The latest time a scenario may name (an arrival, a start-up delay): a year of seconds, far beyond any
+#: training queue, and it keeps the simulator's clock in slots and its report's columns in range.
+MAX_TIME_S = 365 * 24 * 3600.0
+#: Job priorities are a Kubernetes PriorityClass value: a 32-bit integer.
+MIN_PRIORITY, MAX_PRIORITY = -(2**31), 2**31 - 1
+#: The slowest link a topology may have: 1 Mbps, the unit the core counts bandwidth in.
+MIN_GBPS = 0.001
 TOP_LEVEL_KEYS = {"name", "slot_ms", "max_hyperperiod_ms", "topology", "policy", "jobs", "catalog"}
 
 
@@ -116,21 +124,34 @@ def parse(data: Any, catalog: Catalog | None = None, extra_keys: frozenset[str] 
     if not isinstance(user, Mapping):
         raise InvalidInput("catalog", user, "a mapping of model name to {period_ms, windows, jitter_ms}")
     catalog = catalog.with_entries(entry_from_mapping(str(k), v, f"catalog.{k}") for k, v in user.items())
-    slot_ms = fields.number(data.get("slot_ms", DEFAULT_SLOT_MS), "slot_ms")
-    hyper = data.get("max_hyperperiod_ms")
-    grid = SlotGrid.from_ms(slot_ms, None if hyper is None else fields.number(hyper, "max_hyperperiod_ms"))
+    grid = parse_grid(data)
     topology = parse_topology(data.get("topology"))
     policy = parse_policy(data.get("policy", {}), grid)
     raw_jobs = data.get("jobs", [])
     if not isinstance(raw_jobs, list) or (not raw_jobs and not (extra_keys & set(data))):
         raise InvalidInput("jobs", raw_jobs, "a non-empty list of jobs")
-    jobs = tuple(parse_job(j, f"jobs[{i}]", topology, catalog) for i, j in enumerate(raw_jobs))
+    jobs = tuple(parse_job(j, f"jobs[{i}]", topology, catalog, grid) for i, j in enumerate(raw_jobs))
     seen: set[str] = set()
     for i, job in enumerate(jobs):
         if job.name in seen:
             raise InvalidInput(f"jobs[{i}].name", job.name, "a name no other job has")
         seen.add(job.name)
     return Scenario(name, grid, topology, policy, jobs, catalog)
+
+
+def parse_grid(data: Mapping[str, Any]) -> SlotGrid:
+    """The slot grid of ``slot_ms`` and ``max_hyperperiod_ms``, its errors naming those keys."""
+    slot_ms = fields.number(data.get("slot_ms", DEFAULT_SLOT_MS), "slot_ms")
+    hyper = data.get("max_hyperperiod_ms")
+    cap = None if hyper is None else fields.number(hyper, "max_hyperperiod_ms")
+    try:
+        return SlotGrid.from_ms(slot_ms, cap)
+    except InvalidInput as exc:
+        if exc.field != "max_hyperperiod_slots":
+            raise
+        # The cap is held in slots: a fine grid and a long cap together can exceed their bound.
+        raise InvalidInput("max_hyperperiod_ms", cap, f"between 1 and {MAX_HYPERPERIOD_SLOTS:,} slots of slot_ms "
+                           f"({slot_ms:g} ms): at most {MAX_HYPERPERIOD_SLOTS * slot_ms:g} ms") from None
 
 
 def parse_topology(data: Any) -> TopologySpec:
@@ -144,9 +165,9 @@ def parse_topology(data: Any) -> TopologySpec:
         racks=racks,
         nodes_per_rack=fields.integer(data.get("nodes_per_rack"), "topology.nodes_per_rack", 1),
         gpus_per_node=fields.integer(data.get("gpus_per_node"), "topology.gpus_per_node", 0),
-        nic_gbps=fields.positive(data.get("nic_gbps"), "topology.nic_gbps"),
+        nic_gbps=fields.number(data.get("nic_gbps"), "topology.nic_gbps", minimum=MIN_GBPS),
         uplink_gbps=None if racks == 1 and "uplink_gbps" not in data
-        else fields.positive(data.get("uplink_gbps"), "topology.uplink_gbps"),
+        else fields.number(data.get("uplink_gbps"), "topology.uplink_gbps", minimum=MIN_GBPS),
         nics_per_node=fields.integer(data.get("nics_per_node", 1), "topology.nics_per_node", 1),
         gpu=_gpu(data.get("gpu")),
         mfu=None if data.get("mfu") is None else fields.number(data.get("mfu"), "topology.mfu"),
@@ -188,7 +209,7 @@ def parse_policy(data: Any, grid: SlotGrid) -> Policy:
     )
 
 
-def parse_job(data: Any, field: str, topology: TopologySpec, catalog: Catalog) -> JobSpec:
+def parse_job(data: Any, field: str, topology: TopologySpec, catalog: Catalog, grid: SlotGrid) -> JobSpec:
     """Parse one job; its profile is given inline or named by ``model`` (at the topology's NIC rate)."""
     keys = {"name", "arrival_s", "workers", "gpus_per_worker", "iterations", "priority", "profile", "model"}
     fields.mapping(data, field, keys)
@@ -197,22 +218,46 @@ def parse_job(data: Any, field: str, topology: TopologySpec, catalog: Catalog) -
         raise InvalidInput(f"{field}.name", name, "a non-empty string")
     if ("profile" in data) == ("model" in data):
         raise InvalidInput(f"{field}", sorted(set(data) & {"profile", "model"}), "exactly one of profile or model")
-    model = data.get("model")
-    if model is not None:
+    model = None
+    if "model" in data:
+        model = fields.string(data["model"], f"{field}.model")
         gpus = fields.integer(data.get("gpus_per_worker", 1), f"{field}.gpus_per_worker", 0)
-        profile = topology.profile(catalog.get(model, f"{field}.model"), gpus)
+        profile = model_profile(topology, catalog, grid, model, gpus, f"{field}.model")
     else:
         profile = _profile(data["profile"], f"{field}.profile")
+        if profile.period_ms > grid.max_hyperperiod_ms:
+            raise InvalidInput(f"{field}.profile.period_ms", profile.period_ms, _within_cap(grid))
     return JobSpec(
         name=name,
-        arrival_s=fields.nonnegative(data.get("arrival_s", 0.0), f"{field}.arrival_s"),
+        arrival_s=fields.number(data.get("arrival_s", 0.0), f"{field}.arrival_s", minimum=0.0, maximum=MAX_TIME_S),
         workers=fields.integer(data.get("workers"), f"{field}.workers", 1),
         gpus_per_worker=fields.integer(data.get("gpus_per_worker", 1), f"{field}.gpus_per_worker", 0),
         iterations=fields.integer(data.get("iterations", 100), f"{field}.iterations", 1, MAX_ITERATIONS),
-        priority=fields.integer(data.get("priority", 0), f"{field}.priority", -(2**31)),
+        priority=fields.integer(data.get("priority", 0), f"{field}.priority", MIN_PRIORITY, MAX_PRIORITY),
         profile=profile,
         model=model,
     )
+
+
+def model_profile(topology: TopologySpec, catalog: Catalog, grid: SlotGrid, model: str, gpus_per_worker: int,
+                  field: str, overlap: bool = False) -> Profile:
+    """``model``'s profile for workers of ``gpus_per_worker`` GPUs on ``topology``, or an error naming ``field``:
+    a catalog entry valid on its own can still ask more of these NICs than a profile may, or take longer
+    than the hyperperiod cap (``max_hyperperiod_ms``) on these GPUs."""
+    entry = catalog.get(model, field)
+    here = f"on workers of {gpus_per_worker} GPU{'' if gpus_per_worker == 1 else 's'} of this topology"
+    try:
+        profile = topology.profile(entry, gpus_per_worker, overlap)
+    except InvalidInput as exc:
+        raise InvalidInput(field, model, f"a model whose profile {here} is valid; there its {exc}") from None
+    if profile.period_ms > grid.max_hyperperiod_ms:
+        raise InvalidInput(field, model, f"a model whose period {here} ({profile.period_ms:g} ms) is "
+                                         f"{_within_cap(grid)}")
+    return profile
+
+
+def _within_cap(grid: SlotGrid) -> str:
+    return f"at most max_hyperperiod_ms ({grid.max_hyperperiod_ms:g} ms): no longer period can be placed"
 
 
 def _profile(data: Any, field: str) -> Profile:

@@ -99,8 +99,14 @@ def test_quick_gives_the_json_and_the_table(tmp_path):
         assert r["volcano_topology_contention_excess"] == r["policies"]["volcano-topology"]["contention_excess"]
         assert r["jobs"] == fuzz.QUICK_COUNT and isinstance(r["placed_locked"], int) and r["cpu_s"] >= 0
         assert r["scenario"] == f"fuzz-{r['index']}-quick"
+        # One seed: each attribution ratio is the row's own figures divided.
+        for name, (ours, theirs) in fuzz.ATTRIBUTION.items():
+            assert r["attribution"][name] == [pytest.approx(
+                r["policies"][ours]["avg_jct_s"] / r["policies"][theirs]["avg_jct_s"], abs=1e-4)]
     summ = doc["summary"]
     assert summ["scenarios"] == 2 and summ["crashes"] == 0
+    assert {a["seeds"] for a in summ["attribution"].values()} == {2}
+    assert "placement metronome-free / volcano-topology" in err
     for key in regimes.NO_HARM_KEYS:
         assert summ["counts"][key]["met"] + summ["counts"][key]["missed"] == 2
         assert summ["worst"][key]["index"] in (3, 4)
@@ -119,6 +125,18 @@ def test_quick_gives_the_json_and_the_table(tmp_path):
         assert figures == {k: report["policies"][name][k] for k in figures}, name
     for key in regimes.NO_HARM_KEYS:
         assert mine["ratios"][key] == report["targets"][key]["value"]
+
+
+def test_attribution_says_whether_the_placements_or_the_offsets_moved_the_jct():
+    rows = [{"attribution": {"placement": [0.9, 1.0], "offsets": [1.0, 1.004], "both": [0.9, 1.004]}},
+            {"attribution": {"placement": [1.1, None], "offsets": [0.99, None], "both": [1.089, None]}}]
+    out = fuzz.attribution(rows)
+    assert out["placement"] == {"seeds": 3, "geometric_mean": pytest.approx((0.9 * 1.0 * 1.1) ** (1 / 3), abs=1e-4),
+                                "faster": 1, "slower": 1}
+    # 1.004 is inside the 0.5 % band: neither faster nor slower.
+    assert (out["offsets"]["faster"], out["offsets"]["slower"], out["offsets"]["seeds"]) == (1, 0, 3)
+    assert (out["both"]["faster"], out["both"]["slower"]) == (1, 1)
+    assert fuzz.attribution([])["both"] == {"seeds": 0, "geometric_mean": None, "faster": 0, "slower": 0}
 
 
 def test_a_crash_is_recorded_the_run_goes_on_and_the_exit_code_is_1(monkeypatch):

@@ -53,3 +53,9 @@ def test_choice_refuses_anything_but_one_of_the_strings(value):
         fields.choice(value, "policy.ordering", ["FIFO", "StrictPriority"])
     assert str(caught.value) == f"policy.ordering: got {value!r}, expected one of FIFO, StrictPriority"
     assert fields.choice("FIFO", "policy.ordering", ["FIFO", "StrictPriority"]) == "FIFO"
+
+
+def test_an_exponent_yaml_read_as_text_is_explained():
+    with pytest.raises(InvalidInput, match=r"write an exponent with its sign, as in 1.0e\+12"):
+        fields.number("1.0e12", "x")
+    assert fields.number(1.0e12, "x") == 1.0e12

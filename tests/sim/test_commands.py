@@ -115,3 +115,43 @@ def test_bad_arguments_exit_2_with_a_clear_message(argv: list[str], message: str
                                                    capsys: pytest.CaptureFixture[str]) -> None:
     assert main(argv + ["--quiet"] if argv[0] == "simulate" else argv) == 2
     assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", ["simulate", "plan"])
+def test_a_key_given_twice_is_refused_with_its_line_not_kept_silently(command: str, tmp_path: pathlib.Path,
+                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "s.yaml"
+    path.write_text(SCENARIO.replace("nic_gbps: 100}", "nic_gbps: 100}\ntopology: {racks: 1}"))
+    assert main([command, str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "not valid YAML" in err and "found the key 'topology' twice" in err and f'in "{path}", line 4' in err
+
+
+def test_yaml_merge_keys_still_override_what_they_merge(tmp_path: pathlib.Path) -> None:
+    from volcano_metronome.commands.files import read_yaml
+
+    path = tmp_path / "m.yaml"
+    path.write_text("base: &b {x: 1, y: 2}\nother:\n  <<: *b\n  y: 3\n")
+    assert read_yaml(path) == {"base": {"x": 1, "y": 2}, "other": {"x": 1, "y": 3}}
+
+
+@pytest.mark.parametrize(("flag", "kind", "message"), [
+    ("--json", "folder", "--json: got '{p}', expected a file to write (this is a folder)"),
+    ("--plot", "file", "--plot: got '{p}', expected a folder to write into (this is a file)"),
+])
+def test_an_output_path_of_the_wrong_kind_is_refused_before_the_run(flag: str, kind: str, message: str,
+                                                                    tmp_path: pathlib.Path,
+                                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    target = tmp_path / "out"
+    target.mkdir() if kind == "folder" else target.write_text("")
+    assert main(["simulate", "sanity-2jobs", flag, str(target), "--quiet"]) == 2
+    captured = capsys.readouterr()
+    assert message.format(p=target) in captured.err and captured.out == ""
+
+
+def test_a_catalog_entry_with_a_list_for_a_text_field_is_refused(tmp_path: pathlib.Path,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "c.yaml").write_text(CATALOG.replace('"a test model"', "[a, b]"))
+    (tmp_path / "s.yaml").write_text(SCENARIO)
+    assert main(["simulate", str(tmp_path / "s.yaml"), "--catalog", str(tmp_path / "c.yaml"), "--quiet"]) == 2
+    assert "catalog.tiny-model.derivation: got ['a', 'b'], expected a string" in capsys.readouterr().err

@@ -79,10 +79,65 @@ def test_a_scenario_with_neither_jobs_nor_generate_is_refused() -> None:
     ("seeds", 0, r"^seeds: got 0, expected an integer >= 1"),
     ("description", 5, r"^description: got 5, expected a string"),
     ("colour", "red", r"^colour: got 'red', expected one of the scenario keys \["),
+    # Found by an adversarial pass over the format (2026-11-29): each of these used to raise a traceback,
+    # or run with NaN arrival times.
+    ("generate.workers", [[2, 4]], r"^generate.workers\[0\]: got \[2, 4\], expected an integer >= 1"),
+    ("generate.mix", {"resnet50": 1e308, "bert-base": 1e308},
+     r"^generate.mix.resnet50: got 1e\+308, expected a weight > 0 and <= 1e\+09"),
+    ("generate.priorities", {10**400: 1}, r"^generate.priorities.1000.*expected an integer in \[-2147483648, 2147483647\]"),
+    ("generate.arrival.rate_per_min", 1e-310,
+     r"^generate.arrival.rate_per_min: got 1e-310, expected at least 5.52e-05 per minute: 30 arrivals from 0 s"),
+    ("generate.arrival.start_s", 1e300, r"^generate.arrival.start_s: got 1e\+300, expected a number in \[0, 3.1536e\+07\]"),
+    ("execution", {"startup_s": [0, 1e300]}, r"^execution.startup_s\[1\]: got 1e\+300, expected a number in \[0, 3.15"),
+    ("execution", {"straggler_probability": 1, "straggler_slowdown": 1e300},
+     r"^execution.straggler_slowdown: got 1e\+300, expected a number in \[1, 100\]"),
+    ("execution", {"noise_cv": 1000}, r"^execution.noise_cv: got 1000, expected a number in \[0, 1\]"),
+    ("topology.uplink_gbps", 1e-6, r"^topology.uplink_gbps: got 1e-06, expected a number >= 0.001"),
+    ("topology.uplink_gbps", "1.0e12", r"^topology.uplink_gbps: got '1.0e12', expected .*write an exponent with its sign"),
+    ("generate.mix", {"ResNet50": 1, "resnet50": 1},
+     r"^generate.mix.resnet50: got 'resnet50', expected a model not already in the mix \(as ResNet50\)"),
+    # Valid on its own, a catalog model can ask too much of a cluster: named by the mix entry, not "profile".
+    ("max_hyperperiod_ms", 50, r"^generate.mix.resnet50: got 'resnet50', expected a model whose period on workers of "
+                               r"1 GPU of this topology \(200 ms\) is at most max_hyperperiod_ms \(50 ms\)"),
+    ("topology.nic_gbps", 9000, r"^generate.mix.resnet50: got 'resnet50', expected a model whose profile on workers "
+                                r"of 1 GPU of this topology is valid; there its profile.windows\[0\].gbps: got 7200.0"),
 ])
 def test_validator_errors_name_field_value_and_expected_form(path: str, value: Any, message: str) -> None:
     with pytest.raises(InvalidInput, match=message):
         parse_sim(with_(path, value))
+
+
+def test_a_cap_of_too_many_slots_names_the_keys_the_file_has() -> None:
+    with pytest.raises(InvalidInput, match=r"^max_hyperperiod_ms: got 20000.0, expected between 1 and 100,000 slots "
+                                           r"of slot_ms \(0.1 ms\): at most 10000 ms"):
+        parse_sim({**copy.deepcopy(BASE), "slot_ms": 0.1, "max_hyperperiod_ms": 20000})
+
+
+@pytest.mark.parametrize(("job", "extra", "message"), [
+    ({"model": None}, {}, r"^jobs\[0\].model: got None, expected a non-empty string"),
+    ({"priority": 2**31}, {}, r"^jobs\[0\].priority: got 2147483648, expected an integer in \[-2147483648, 2147483647\]"),
+    ({"arrival_s": 1e300}, {}, r"^jobs\[0\].arrival_s: got 1e\+300, expected a number in \[0, 3.1536e\+07\]"),
+    # A name generate: gives one of its jobs would collide on some seed: refused whatever the seed.
+    ({"name": "bert-base-0029"}, {}, r"^jobs\[0\].name: got 'bert-base-0029', expected a name generate: does not give"),
+    ({"profile": {"period_ms": 30000, "windows": [{"start_ms": 0, "len_ms": 10, "gbps": 10}]}}, {},
+     r"^jobs\[0\].profile.period_ms: got 30000.0, expected at most max_hyperperiod_ms \(25200 ms\)"),
+    ({"profile": {"period_ms": 20000, "windows": [{"start_ms": 0, "len_ms": 10, "gbps": 10}]}},
+     {"execution": {"noise_cv": 1.0}},
+     r"^jobs\[0\].profile.period_ms: got 20000.0, expected a job whose measured period under execution.noise_cv 1 "),
+])
+def test_an_explicit_job_out_of_bounds_is_refused_by_its_field(job: dict[str, Any], extra: dict[str, Any],
+                                                               message: str) -> None:
+    data = {**copy.deepcopy(BASE), **extra, "jobs": [{"name": "j", "model": "vgg11", "workers": 2, **job}]}
+    if "profile" in job:
+        del data["jobs"][0]["model"]
+    with pytest.raises(InvalidInput, match=message):
+        parse_sim(data)
+
+
+def test_names_generate_does_not_give_are_free_for_explicit_jobs() -> None:
+    data = {**copy.deepcopy(BASE), "jobs": [{"name": n, "model": "vgg11", "workers": 2}
+                                            for n in ("bert-base-0030", "bert-base-7", "vgg11-0001", "bert-base-00001")]}
+    assert len(parse_sim(data).jobs(0)) == 34
 
 
 def test_explicit_job_that_no_cluster_could_hold_is_refused() -> None:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import pathlib
 import random
 import sys
@@ -43,6 +44,15 @@ MODEL_NAMES: tuple[str, ...] = tuple(e.name for e in (*MODELS, *ALL_TO_ALL_MODEL
 EXECUTIONS = ("any", "steady", "noisy")
 QUICK_SCENARIOS, QUICK_COUNT, QUICK_ITERATIONS = 2, 8, [20, 50]
 DEFAULT_COUNT = 20
+#: Where metronome's average JCT comes from, per seed: its own placements against Volcano's binpack, the
+#: offsets against its own placements without them, and both together (``row``, ``summary``).
+ATTRIBUTION: dict[str, tuple[str, str]] = {
+    "placement": ("metronome-free", "volcano-topology"),
+    "offsets": ("metronome", "metronome-free"),
+    "both": ("metronome", "volcano-topology"),
+}
+#: A ratio counts as faster or slower only beyond this band (the do-no-harm bound's 0.5 %).
+BAND = 0.005
 
 
 def scenario(index: int, execution: str = "any") -> dict[str, Any]:
@@ -199,8 +209,15 @@ def row(index: int, data: Mapping[str, Any], report: Mapping[str, Any], load: fl
         "met": {key: targets[key]["met"] for key in NO_HARM_KEYS},
         "worst_seed": {key: targets[key]["worst_seed"] for key in NO_HARM_KEYS},
         "placed_locked": policies["metronome"].get("placed_locked"),
+        "attribution": {name: [_ratio(seed["policies"], ours, theirs) for seed in report["per_seed"]]
+                        for name, (ours, theirs) in ATTRIBUTION.items()},
         "cpu_s": round(cpu_s, 1),
     }
+
+
+def _ratio(policies: Mapping[str, Mapping[str, Any]], ours: str, theirs: str) -> float | None:
+    a, b = policies[ours].get("avg_jct_s"), policies[theirs].get("avg_jct_s")
+    return round(a / b, 4) if a is not None and b else None
 
 
 def summary(rows: Sequence[Mapping[str, Any]], crashes: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
@@ -217,8 +234,20 @@ def summary(rows: Sequence[Mapping[str, Any]], crashes: Sequence[Mapping[str, An
                "seed": r["worst_seed"][key]} for r in rows for key in NO_HARM_KEYS if not r["met"][key]]
     return {"scenarios": len(rows) + len(crashes), "crashes": len(crashes),
             "crashed": [c["index"] for c in crashes], "counts": counts, "worst": worst, "no_harm_misses": misses,
-            "contended": sum(1 for r in rows if r["contended"]),
+            "contended": sum(1 for r in rows if r["contended"]), "attribution": attribution(rows),
             "cpu_s": round(sum(r["cpu_s"] for r in (*rows, *crashes)), 1)}
+
+
+def attribution(rows: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Per ``ATTRIBUTION`` ratio, over every scenario-seed: the geometric mean, and how many are faster or
+    slower than ``BAND``: whether a gain (or a loss) is the placements' or the offsets'."""
+    out: dict[str, dict[str, Any]] = {}
+    for name in ATTRIBUTION:
+        known = [v for r in rows for v in r["attribution"][name] if v is not None]
+        out[name] = {"seeds": len(known),
+                     "geometric_mean": round(math.exp(sum(map(math.log, known)) / len(known)), 4) if known else None,
+                     "faster": sum(v < 1 - BAND for v in known), "slower": sum(v > 1 + BAND for v in known)}
+    return out
 
 
 def table(rows: Sequence[Mapping[str, Any]], crashes: Sequence[Mapping[str, Any]], summ: Mapping[str, Any]) -> str:
@@ -241,6 +270,12 @@ def table(rows: Sequence[Mapping[str, Any]], crashes: Sequence[Mapping[str, Any]
         w = summ["worst"][key]
         lines.append(f"{key:<42} met {c['met']:>3}, missed {c['missed']:>3}; worst {fixed(w['value'], 4, 0)}"
                      + (f" (fuzz {w['index']}, seed {w['seed']})" if w["index"] is not None else ""))
+    lines.append(f"where metronome's avg JCT comes from, over every scenario-seed: geometric mean "
+                 f"(faster / slower by more than {100 * BAND:g} %)")
+    for name, (ours, theirs) in ATTRIBUTION.items():
+        a = summ["attribution"][name]
+        lines.append(f"  {name:<10}{ours + ' / ' + theirs:<36}{fixed(a['geometric_mean'], 4, 0)}"
+                     f" ({a['faster']} / {a['slower']} of {a['seeds']})")
     lines.append(f"{summ['scenarios']} scenarios, {summ['crashes']} crashed"
                  + (f" ({', '.join(map(str, summ['crashed']))})" if summ["crashed"] else "")
                  + f", {summ['contended']} contended (volcano-topology excess >= {100 * SHARED_EXCESS:g} %), "

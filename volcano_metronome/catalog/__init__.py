@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
 from volcano_metronome.core.errors import InvalidInput
-from volcano_metronome.core.fields import choice, number
+from volcano_metronome.core.fields import choice, number, string
 from volcano_metronome.core.profile import Profile, Window
 
 
@@ -150,9 +150,10 @@ def entry_from_mapping(name: str, data: Any, field: str) -> CatalogEntry:
         windows.append(ModelWindow(number(w["start_ms"], f"{where}.start_ms"), number(w["len_ms"], f"{where}.len_ms"),
                                    fraction))
     entry = CatalogEntry(name, number(data.get("period_ms"), f"{field}.period_ms"), tuple(windows),
-                         number(data.get("jitter_ms", 0.0), f"{field}.jitter_ms"), str(data.get("derivation", "")),
+                         number(data.get("jitter_ms", 0.0), f"{field}.jitter_ms"),
+                         string(data.get("derivation", ""), f"{field}.derivation", allow_empty=True),
                          number(data.get("reference_gbps", 100.0), f"{field}.reference_gbps", above=0.0),
-                         collective=str(data.get("collective", "ring")))
+                         collective=string(data.get("collective", "ring"), f"{field}.collective"))
     try:
         entry.profile(100.0)
     except InvalidInput as exc:

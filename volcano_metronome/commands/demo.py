@@ -31,7 +31,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Run the comparison and write report.json and the PNG figures into ``--out``."""
     from volcano_metronome.commands.files import load_sim_scenario
-    from volcano_metronome.commands.simulate import ALL_POLICIES, write_json
+    from volcano_metronome.commands.simulate import ALL_POLICIES, check_output, write_json
     from volcano_metronome.core.errors import InvalidInput
     from volcano_metronome.sim.plots import write_plots
     from volcano_metronome.sim.report import regime, table
@@ -39,6 +39,7 @@ def run(args: argparse.Namespace) -> int:
 
     if args.seeds < 1:
         raise InvalidInput("--seeds", args.seeds, "an integer >= 1")
+    check_output(args.out, "--out", folder=True)
     names = args.scenario or list(DEMO_SCENARIOS)
     sims = [load_sim_scenario(name, args.catalog) for name in names]
     policies = ALL_POLICIES.split(",")

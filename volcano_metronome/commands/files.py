@@ -8,6 +8,7 @@ jitter_ms, derivation}`` (optionally under a top-level ``catalog:`` key).
 
 from __future__ import annotations
 
+import io
 import pathlib
 from importlib import resources
 from typing import Any, Mapping
@@ -87,8 +88,34 @@ def load_scenario(path: str, catalog_path: str | None = None) -> Scenario:
         raise MetronomeError(f"{path}: {exc}") from None
 
 
+class _StrictLoader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` that refuses a key given twice in one mapping (it would keep the last silently)."""
+
+
+def _unique_keys(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+    seen: set[Any] = set()
+    for key_node, _ in node.value:
+        if key_node.tag == "tag:yaml.org,2002:merge":  # '<<' merges; keys written beside it override on purpose
+            continue
+        key = loader.construct_object(key_node, deep=True)
+        try:
+            duplicate = key in seen
+            seen.add(key)
+        except TypeError:  # an unhashable key: construct_mapping says so
+            continue
+        if duplicate:
+            raise yaml.constructor.ConstructorError("while constructing a mapping", node.start_mark,
+                                                    f"found the key {key!r} twice", key_node.start_mark)
+    return loader.construct_mapping(node, deep)
+
+
+_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _unique_keys)
+
+
 def _parse_yaml(text: str, where: str) -> Any:
+    stream = io.StringIO(text)
+    stream.name = where  # PyYAML's marks name the stream: the file, not "<unicode string>"
     try:
-        return yaml.safe_load(text)
+        return yaml.load(stream, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
     except yaml.YAMLError as exc:
         raise MetronomeError(f"{where}: not valid YAML: {exc}") from None

@@ -35,6 +35,10 @@ def run(args: argparse.Namespace) -> int:
     count = sim.seeds if args.seeds is None else args.seeds
     if count < 1:
         raise InvalidInput("--seeds", count, "an integer >= 1")
+    if args.json and args.json != "-":
+        check_output(args.json, "--json")
+    if args.plot:
+        check_output(args.plot, "--plot", folder=True)
     report, runs = simulate(sim, policies, list(range(count)), None if args.quiet else terminal_progress())
     if args.json == "-":
         print(json.dumps(report, indent=2))
@@ -51,8 +55,24 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def check_output(path: str, flag: str, folder: bool = False) -> None:
+    """Refuse an output path of the wrong kind before any run: a folder where a file goes, or the reverse."""
+    from volcano_metronome.core.errors import InvalidInput
+
+    target = pathlib.Path(path)
+    if folder and target.exists() and not target.is_dir():
+        raise InvalidInput(flag, path, "a folder to write into (this is a file)")
+    if not folder and target.is_dir():
+        raise InvalidInput(flag, path, "a file to write (this is a folder)")
+
+
 def write_json(report: object, path: str) -> None:
     """Write ``report`` as indented JSON (parent folders created)."""
+    from volcano_metronome.core.errors import MetronomeError
+
     target = pathlib.Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    except OSError as exc:
+        raise MetronomeError(f"cannot write {path}: {exc.strerror or exc}") from None

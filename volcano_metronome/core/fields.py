@@ -7,9 +7,13 @@ simulator's workloads) so that one field is refused with the same words wherever
 from __future__ import annotations
 
 import math
+import re
 from typing import Any, Iterable, Mapping
 
 from volcano_metronome.core.errors import InvalidInput
+
+#: What YAML 1.1 reads as text though it looks like a number: an exponent without its sign (1.0e12).
+_UNSIGNED_EXPONENT = re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)[eE]\d+$")
 
 
 def mapping(data: Any, field: str, keys: Iterable[str] | None = None) -> Mapping[Any, Any]:
@@ -32,6 +36,9 @@ def number(value: Any, field: str, *, minimum: float | None = None, maximum: flo
            above: float | None = None) -> float:
     """A finite number, within the bounds given (``above`` is exclusive); bools and strings are refused."""
     form = _number_form(minimum, maximum, above)
+    if isinstance(value, str) and _UNSIGNED_EXPONENT.match(value):
+        # YAML 1.1 (PyYAML) reads an exponent without a sign as text: 1.0e12 is a string, 1.0e+12 a number.
+        raise InvalidInput(field, value, f"{form} (this is text: write an exponent with its sign, as in 1.0e+12)")
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise InvalidInput(field, value, form)
     try:

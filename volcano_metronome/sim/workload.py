@@ -28,12 +28,19 @@ from volcano_metronome.catalog import Catalog
 from volcano_metronome.core.errors import InvalidInput
 from volcano_metronome.core import fields
 from volcano_metronome.core.profile import Profile
-from volcano_metronome.scenario import MAX_ITERATIONS, JobSpec, Scenario, parse
+from volcano_metronome.scenario import (MAX_ITERATIONS, MAX_PRIORITY, MAX_TIME_S, MIN_PRIORITY, JobSpec, Scenario,
+                                        model_profile, parse)
 
 EXTRA_KEYS = frozenset({"description", "seeds", "generate", "execution"})
 ARRIVAL_PROCESSES = ("poisson",)
 #: Most jobs a ``generate`` block may draw (100 times the largest built-in scenario).
 MAX_GENERATED = 100_000
+#: Largest weight of a choice (weights are relative; the bound keeps their sum a finite number).
+MAX_WEIGHT = 1e9
+#: Largest coefficient of variation of compute noise (each iteration's compute is at least half its mean).
+MAX_NOISE_CV = 1.0
+#: Largest straggler slowdown: a straggling iteration at most 100 times its usual compute.
+MAX_SLOWDOWN = 100.0
 
 
 @dataclass(frozen=True)
@@ -134,18 +141,47 @@ def parse_sim(data: Any, catalog: Catalog | None = None) -> SimScenario:
     if not isinstance(description, str):
         raise InvalidInput("description", description, "a string")
     seeds = fields.integer(data.get("seeds", 1), "seeds", 1)
-    generate = parse_generate(data["generate"], scenario) if "generate" in data else None
+    execution = parse_execution(data.get("execution", {}))
+    generate = parse_generate(data["generate"], scenario, execution) if "generate" in data else None
     if generate is None and not scenario.jobs:
         raise InvalidInput("jobs", [], "a non-empty list of jobs (or a generate: section)")
+    jobs = []
     for i, job in enumerate(scenario.jobs):
-        check_fits(job.workers, job.gpus_per_worker, scenario, f"jobs[{i}]")
-    execution = parse_execution(data.get("execution", {}))
-    if execution.overlap:
-        topo = scenario.topology
-        scenario = replace(scenario, jobs=tuple(
-            replace(j, profile=topo.profile(scenario.catalog.get(j.model), j.gpus_per_worker, True)) if j.model else j
-            for j in scenario.jobs))
-    return SimScenario(scenario, description, seeds, generate, execution)
+        where = f"jobs[{i}]"
+        check_fits(job.workers, job.gpus_per_worker, scenario, where)
+        if job.model and execution.overlap:
+            job = replace(job, profile=model_profile(scenario.topology, scenario.catalog, scenario.grid, job.model,
+                                                     job.gpus_per_worker, f"{where}.model", True))
+        if job.model:
+            _told(job.profile, execution, scenario, f"{where}.model", job.model)
+        else:
+            _told(job.profile, execution, scenario, f"{where}.profile.period_ms", job.profile.period_ms)
+        if generate is not None and _generated_name(job.name, generate):
+            raise InvalidInput(f"{where}.name", job.name, "a name generate: does not give its jobs (MODEL-NNNN)")
+        jobs.append(job)
+    return SimScenario(replace(scenario, jobs=tuple(jobs)), description, seeds, generate, execution)
+
+
+def _told(profile: Profile, execution: Execution, scenario: Scenario, field: str, value: Any) -> None:
+    """Refuse a job whose profile, as the scheduler is told it under ``execution``'s noise, is no valid profile."""
+    if not execution.noise_cv:
+        return
+    noise = f"execution.noise_cv {execution.noise_cv:g}"
+    try:
+        told = measured(profile, execution.noise_cv)
+    except InvalidInput as exc:
+        raise InvalidInput(field, value, f"a job whose measured profile under {noise} is valid; there its {exc}") from None
+    cap = scenario.grid.max_hyperperiod_ms
+    if told.period_ms > cap:
+        raise InvalidInput(field, value, f"a job whose measured period under {noise} ({told.period_ms:g} ms) is at "
+                                         f"most max_hyperperiod_ms ({cap:g} ms)")
+
+
+def _generated_name(name: str, gen: Generate) -> bool:
+    """Whether ``generate:`` could give one of its jobs ``name`` (``draw`` names them MODEL-NNNN)."""
+    model, _, number = name.rpartition("-")
+    return (any(model == m for m, _ in gen.mix) and number.isdigit() and len(number) >= 4
+            and int(number) < gen.count and number == f"{int(number):04d}")
 
 
 def parse_execution(data: Any) -> Execution:
@@ -155,25 +191,25 @@ def parse_execution(data: Any) -> Execution:
     startup = data.get("startup_s", [0.0, 0.0])
     if not (isinstance(startup, list) and len(startup) == 2):
         raise InvalidInput("execution.startup_s", startup, "a range [min, max] of seconds")
-    low = fields.nonnegative(startup[0], "execution.startup_s[0]")
-    high = fields.nonnegative(startup[1], "execution.startup_s[1]")
+    low = fields.number(startup[0], "execution.startup_s[0]", minimum=0.0, maximum=MAX_TIME_S)
+    high = fields.number(startup[1], "execution.startup_s[1]", minimum=0.0, maximum=MAX_TIME_S)
     if high < low:
         raise InvalidInput("execution.startup_s[1]", high, f"a maximum >= the minimum {low}")
     probability = fields.nonnegative(data.get("straggler_probability", 0.0), "execution.straggler_probability")
     if probability > 1:
         raise InvalidInput("execution.straggler_probability", probability, "a probability in [0, 1]")
-    slowdown = fields.number(data.get("straggler_slowdown", 1.0), "execution.straggler_slowdown")
-    if slowdown < 1:
-        raise InvalidInput("execution.straggler_slowdown", slowdown, "a factor >= 1")
+    slowdown = fields.number(data.get("straggler_slowdown", 1.0), "execution.straggler_slowdown", minimum=1.0,
+                             maximum=MAX_SLOWDOWN)
     return Execution(
-        noise_cv=fields.nonnegative(data.get("noise_cv", 0.0), "execution.noise_cv"),
+        noise_cv=fields.number(data.get("noise_cv", 0.0), "execution.noise_cv", minimum=0.0, maximum=MAX_NOISE_CV),
         straggler_probability=probability, straggler_slowdown=slowdown, startup_s=(low, high),
         overlap=fields.boolean(data.get("overlap", False), "execution.overlap"),
     )
 
 
-def parse_generate(data: Any, scenario: Scenario) -> Generate:
-    """Parse the ``generate:`` mapping (see the module docstring)."""
+def parse_generate(data: Any, scenario: Scenario, execution: Execution = Execution()) -> Generate:
+    """Parse the ``generate:`` mapping (see the module docstring); every model it may draw must run, in every
+    shape it may draw, on this cluster under ``execution``."""
     keys = {"count", "seed", "arrival", "mix", "workers", "gpus_per_worker", "shapes", "iterations", "priorities"}
     _mapping(data, "generate", keys)
     arrival = data.get("arrival", {})
@@ -182,23 +218,44 @@ def parse_generate(data: Any, scenario: Scenario) -> Generate:
     if process not in ARRIVAL_PROCESSES:
         raise InvalidInput("generate.arrival.process", process, f"one of {', '.join(ARRIVAL_PROCESSES)}")
     mix = _weights(data.get("mix"), "generate.mix", str)
+    seen: dict[str, str] = {}
     for name, _ in mix:
         scenario.catalog.get(name, f"generate.mix.{name}")
+        if name.lower() in seen:  # the catalog's names are case-insensitive
+            raise InvalidInput(f"generate.mix.{name}", name, f"a model not already in the mix (as {seen[name.lower()]})")
+        seen[name.lower()] = name
     shapes = _shapes(data, scenario)
+    for name, _ in mix:
+        for gpus in sorted({g for (_, g), _ in shapes}):
+            field = f"generate.mix.{name}"
+            _told(model_profile(scenario.topology, scenario.catalog, scenario.grid, name, gpus, field, execution.overlap),
+                  execution, scenario, field, name)
     iterations = data.get("iterations", [100, 100])
     if not (isinstance(iterations, list) and len(iterations) == 2):
         raise InvalidInput("generate.iterations", iterations, "a range [min, max] of whole iterations")
     low = fields.integer(iterations[0], "generate.iterations[0]", 1, MAX_ITERATIONS)
     high = fields.integer(iterations[1], "generate.iterations[1]", low, MAX_ITERATIONS)
+    count = fields.integer(data.get("count"), "generate.count", 1, MAX_GENERATED)
+    start = fields.number(arrival.get("start_s", 0.0), "generate.arrival.start_s", minimum=0.0, maximum=MAX_TIME_S)
+    # The mean arrival time of the last job must be a time a scenario may name too.
+    slowest = 60.0 * (count - 1) / (MAX_TIME_S - start) if count > 1 and start < MAX_TIME_S else 0.0
+    rate = fields.number(arrival.get("rate_per_min"), "generate.arrival.rate_per_min", above=0.0)
+    if rate < slowest:
+        raise InvalidInput("generate.arrival.rate_per_min", rate,
+                           f"at least {slowest:.3g} per minute: {count} arrivals from {start:g} s within "
+                           f"{MAX_TIME_S:.0f} s (a year)")
+    priorities = _weights(data.get("priorities", {0: 1}), "generate.priorities", int)
+    for priority, _ in priorities:
+        fields.integer(priority, f"generate.priorities.{priority}", MIN_PRIORITY, MAX_PRIORITY)
     return Generate(
-        count=fields.integer(data.get("count"), "generate.count", 1, MAX_GENERATED),
+        count=count,
         seed=fields.integer(data.get("seed", 0), "generate.seed", 0),
-        rate_per_min=fields.positive(arrival.get("rate_per_min"), "generate.arrival.rate_per_min"),
-        start_s=fields.nonnegative(arrival.get("start_s", 0.0), "generate.arrival.start_s"),
+        rate_per_min=rate,
+        start_s=start,
         mix=mix,
         shapes=shapes,
         iterations=(low, high),
-        priorities=_weights(data.get("priorities", {0: 1}), "generate.priorities", int),
+        priorities=priorities,
     )
 
 
@@ -237,15 +294,12 @@ def _shapes(data: Mapping[str, Any], scenario: Scenario) -> tuple[tuple[tuple[in
             workers = fields.integer(shape["workers"], f"{where}.workers", 1)
             gpus = fields.integer(shape["gpus_per_worker"], f"{where}.gpus_per_worker", 0)
             check_fits(workers, gpus, scenario, where)
-            weight = fields.number(shape["weight"], f"{where}.weight")
-            if weight <= 0:
-                raise InvalidInput(f"{where}.weight", shape["weight"], "a weight > 0")
-            out.append(((workers, gpus), weight))
+            out.append(((workers, gpus), _weight(shape["weight"], f"{where}.weight")))
         return tuple(out)
     gpus = fields.integer(data.get("gpus_per_worker", 1), "generate.gpus_per_worker", 0)
     raw_workers = data.get("workers")
     if isinstance(raw_workers, list):
-        raw_workers = {w: 1 for w in raw_workers}
+        raw_workers = {fields.integer(w, f"generate.workers[{i}]", 1): 1 for i, w in enumerate(raw_workers)}
     choices = _weights(raw_workers, "generate.workers", int)
     for w, _ in choices:
         fields.integer(w, f"generate.workers.{w}", 1)
@@ -296,11 +350,15 @@ def _weights(data: Any, field: str, kind: type) -> tuple[tuple[Any, float], ...]
             raise InvalidInput(f"{field}.{key}", key, "an integer choice")
         if kind is str and not isinstance(key, str):
             raise InvalidInput(f"{field}.{key}", key, "a catalog model name")
-        w = fields.number(weight, f"{field}.{key}")
-        if w <= 0:
-            raise InvalidInput(f"{field}.{key}", weight, "a weight > 0")
-        out.append((key, w))
+        out.append((key, _weight(weight, f"{field}.{key}")))
     return tuple(out)
+
+
+def _weight(value: Any, field: str) -> float:
+    try:
+        return fields.number(value, field, above=0.0, maximum=MAX_WEIGHT)
+    except InvalidInput:
+        raise InvalidInput(field, value, f"a weight > 0 and <= {MAX_WEIGHT:g}") from None
 
 
 def _mapping(data: Any, field: str, keys: set[str]) -> None:
