@@ -10,7 +10,7 @@ import pytest
 from volcano_metronome.core.profile import Profile, Window
 from volcano_metronome.scenario import JobSpec
 from volcano_metronome.sim.engine import JobRun, RunResult
-from volcano_metronome.sim.report import (bottleneck_links, compare, figures, gains, issue12_targets, regime,
+from volcano_metronome.sim.report import (bottleneck_links, compare, figures, gains, issue12_targets, regime, table,
                                          utilisation_series)
 
 
@@ -130,3 +130,12 @@ def test_regime_says_whether_offsets_can_matter() -> None:
     shared = regime(report(0.08))
     assert "LINKS ARE SHARED" in shared and "8.0%" in shared and "recovered 60.0%" in shared and "-3.0%" in shared
     assert "unknown" in regime({"policies": {"metronome": {}}, "gains": {}})
+
+
+def test_a_figure_wider_than_its_column_keeps_a_space_before_it() -> None:
+    # A start-up delay of most of a year gives queue figures of eight digits: they used to run into the slowdown.
+    jobs = [job("a", 0.0, 47_950_484.8, 47_950_490.0), job("b", 0.0, 0.0, 2.0)]
+    report = compare("s", [0], {"p": [result(jobs, carried=[1.0], occupied=[1.0])]})
+    row = next(line for line in table(report).splitlines() if line.startswith("p "))
+    assert " 23975242.4 " in row  # the average queue, after a space, before the next column's
+    assert len(row.split()) == 11

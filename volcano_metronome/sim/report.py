@@ -332,10 +332,11 @@ def table(report: Mapping[str, Any]) -> str:
     for name, f in report["policies"].items():
         decide = f"{_fmt(f['decision_ms_p50'], 2)}/{_fmt(f['decision_ms_p99'], 1)}"
         lines.append(
-            f"{name:<17}{f['completed']:>4}/{f['jobs']:<4}{_fmt(f['avg_jct_s'], 1):>11}{_fmt(f['p99_jct_s'], 1):>11}"
-            f"{_fmt(f['avg_slowdown'], 3):>10}{_fmt(f['avg_queue_s'], 1):>9}{_fmt(f['bottleneck_utilization'], 3):>12}"
-            f"{_fmt(f['avg_link_utilization'], 3):>10}{_fmt(f['comm_stretch'], 2):>8}"
-            f"{_pct_of(f.get('contention_excess')):>8}{decide:>19}")
+            f"{name:<17}{f['completed']:>4}/{f['jobs']:<4}{_col(_fmt(f['avg_jct_s'], 1), 11)}"
+            f"{_col(_fmt(f['p99_jct_s'], 1), 11)}{_col(_fmt(f['avg_slowdown'], 3), 10)}"
+            f"{_col(_fmt(f['avg_queue_s'], 1), 9)}{_col(_fmt(f['bottleneck_utilization'], 3), 12)}"
+            f"{_col(_fmt(f['avg_link_utilization'], 3), 10)}{_col(_fmt(f['comm_stretch'], 2), 8)}"
+            f"{_col(_pct_of(f.get('contention_excess')), 8)}{_col(decide, 19)}")
     if report["gains"]:
         lines += ["", "metronome relative to each policy (negative JCT change = faster):"]
         for key, g in report["gains"].items():
@@ -381,6 +382,12 @@ def table(report: Mapping[str, Any]) -> str:
                 shown = t.get("value", t.get("seeds_worse"))
                 lines.append(f"  {key:<58} {t['target']:>14}  {'met' if t['met'] else 'NOT met'} ({shown})")
     return "\n".join(lines)
+
+
+def _col(text: str, width: int) -> str:
+    """``text`` right-aligned in ``width``, with at least one space before it: a figure wider than its
+    column (a year-long run's seconds) pushes the row along instead of running into its neighbour."""
+    return f"{' ' + text:>{width}}"
 
 
 def _fmt(x: float | None, digits: int) -> str:
