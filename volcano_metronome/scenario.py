@@ -7,6 +7,7 @@ Parsing is pure (a mapping in, frozen values out); every error names the field, 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, Mapping
 
 from volcano_metronome.catalog import GPU_PEAK_TFLOPS, Catalog, CatalogEntry, builtin, compute_scale, entry_from_mapping
@@ -93,6 +94,11 @@ class JobSpec:
 
     def gang(self) -> Gang:
         """The gang the scheduler sees (uid = job name)."""
+        return self._gang
+
+    @cached_property
+    def _gang(self) -> Gang:
+        # Every scheduling cycle orders the whole queue by its gangs: built once, not once per cycle.
         return Gang(uid=self.name, name=self.name, size=self.workers, gpus_per_member=self.gpus_per_worker,
                     profile=self.measured or self.profile, priority=self.priority, created_s=self.arrival_s)
 
