@@ -206,3 +206,23 @@ def test_kueue_pods_find_the_workload_claim_their_pod_set_names():
     for p in gated:
         p["metadata"]["annotations"][api.PLACEMENT_CLAIM] = "workload-other"
     assert {"name": api.SCHEDULING_GATE} in webhook(gated[0], ctx)["spec"]["schedulingGates"]
+
+
+@pytest.mark.parametrize("index", ["²", "9" * 5000, "１", "-1", " 3x"])
+def test_a_rank_that_is_no_number_gates_the_pod_it_does_not_fail_the_review(index: str) -> None:
+    # "²".isdigit() is true and int() refuses it, as it refuses 5,000 digits: the review used to raise (a 500).
+    pod = indexed_job_pods("j", 2)[0]
+    pod["metadata"]["annotations"]["batch.kubernetes.io/job-completion-index"] = index
+    pod["spec"]["containers"][0]["env"] = [{"name": "RANK", "value": index}]
+    result = admit(review(fresh(pod), namespace=NS), lookups([claim("Job", "j", members=[1, 1, 0])]))
+    assert result.verdict == "patched"
+    assert {"name": api.SCHEDULING_GATE} in patched(fresh(pod), result.review)["spec"]["schedulingGates"]
+
+
+@pytest.mark.parametrize("status", [{"periodMs": "nan"}, {"offsetMs": float("inf")}, {"epoch": 1e300}, []])
+def test_a_claim_not_as_the_controller_writes_it_gates_the_pod(status: object) -> None:
+    bad = claim("Job", "j", members=[1, 1, 0])
+    bad["status"] = {**bad["status"], **status} if isinstance(status, dict) else status
+    pod = indexed_job_pods("j", 2)[0]
+    result = admit(review(fresh(pod), namespace=NS), lookups([bad]))
+    assert {"name": api.SCHEDULING_GATE} in patched(fresh(pod), result.review)["spec"]["schedulingGates"]

@@ -274,3 +274,12 @@ def test_pods_with_own_affinity_share_a_hostname_set_or_are_pinned_per_pod_witho
         assert cond is not None and cond["status"] == "True"
         assert "have no kubernetes.io/hostname label" in cond["message"] and "predicateErrorCacheEnable: false" in cond[
             "message"]
+
+
+@pytest.mark.parametrize("index", ["²", "9" * 5000])
+def test_a_rank_that_is_no_number_is_no_rank_and_no_failed_cycle(index: str) -> None:
+    # One such pod used to raise in pod_view, which fails every cycle of the controller.
+    pod = {"metadata": {"name": "p", "namespace": NS, "annotations": {
+        "batch.kubernetes.io/job-completion-index": index, "volcano.sh/task-spec": f"w-1{index[:3]}"}},
+        "spec": {"containers": [{"name": "c", "env": [{"name": "RANK", "value": index}]}]}}
+    assert pod_view(pod, "nvidia.com/gpu").ranks == {}

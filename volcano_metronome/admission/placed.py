@@ -25,6 +25,7 @@ controller's assignment would give; everywhere else the pod is gated as before (
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, Mapping
 
@@ -58,7 +59,7 @@ def placement(pod: Mapping[str, Any], kind: str, name: str, namespace: str, ctx:
     carried = string_or_none(annotations_at(pod).get(api.PLACEMENT_CLAIM))
     if carried is not None:  # a Kueue pod set: the claim is the Workload's, named by the controller
         claim_name, claim = carried, ctx.lookups.claim(namespace, carried)
-        ref = ((claim.get("spec") or {}).get("gangRef") or {}) if isinstance(claim, dict) else {}
+        ref = _part(_part(claim, "spec"), "gangRef")
         decided = _decided(claim, "Workload", str(ref.get("name"))) if kind != "PodGroup" else None
     else:
         claim_name = shapes_claim_name(kind, name)
@@ -97,13 +98,14 @@ def _decided(claim: Any, kind: str, name: str) -> tuple[tuple[str, ...], tuple[i
     """A claim's nodes, members and pod annotations when it names this gang and holds nodes."""
     if not isinstance(claim, dict):
         return None
-    ref = (claim.get("spec") or {}).get("gangRef") or {}
+    ref = _part(_part(claim, "spec"), "gangRef")
     if ref.get("kind") != kind or ref.get("name") != name:
         return None
-    status = claim.get("status") or {}
+    status = _part(claim, "status")
     nodes, members = status.get("nodes"), status.get("members")
-    conditions = status.get("conditions") or []
-    placed = next((c for c in conditions if isinstance(c, dict) and c.get("type") == "Placed"), None)
+    conditions = status.get("conditions")
+    placed = next((c for c in conditions if isinstance(c, dict) and c.get("type") == "Placed"), None) \
+        if isinstance(conditions, list) else None
     if (not isinstance(nodes, list) or not isinstance(members, list) or not nodes or len(nodes) != len(members)
             or (placed is not None and placed.get("status") != "True")):
         return None
@@ -112,9 +114,16 @@ def _decided(claim: Any, kind: str, name: str) -> tuple[tuple[str, ...], tuple[i
         epoch, counts = int(status.get("epoch") or 0), tuple(int(m) for m in members)
     except (TypeError, ValueError):
         return None  # not as the controller writes it: the fallback will read it (and report it) instead
-    if period <= 0 or not all(isinstance(n, str) and n for n in nodes):
+    if (not (math.isfinite(period) and math.isfinite(offset)) or period <= 0 or not 0 <= epoch < 2**63
+            or not all(isinstance(n, str) and n for n in nodes)):
         return None
     return tuple(nodes), counts, timing_annotations(period, offset, epoch, status.get("locked") is not False)
+
+
+def _part(obj: Any, key: str) -> Mapping[str, Any]:
+    """``obj[key]`` where both are mappings, else empty: cached objects are read, never trusted to be well-formed."""
+    value = obj.get(key) if isinstance(obj, Mapping) else None
+    return value if isinstance(value, Mapping) else {}
 
 
 def _pinned_by_us(spec: Mapping[str, Any]) -> tuple[str, ...] | None:
@@ -140,6 +149,6 @@ def _only_role(role: str, group: str, namespace: str, ctx: Context) -> bool:
     if ctx.lookups.pod_group is None:
         return False
     obj = ctx.lookups.pod_group(namespace, group)
-    tasks = ((obj.get("spec") or {}).get("minTaskMember") if isinstance(obj, dict) else None) or {}
+    tasks = _part(obj, "spec").get("minTaskMember")
     return isinstance(tasks, dict) and set(tasks) == {role} and string_or_none(role) is not None
 

@@ -35,20 +35,24 @@ SOURCES = ("env-rank", "jobset", "kubeflow", "volcano", "completion-index")
 
 # Roles that hold rank 0 by convention (PyTorch master, TF chief, MPI launcher, ...).
 _COORDINATOR = re.compile(r"master|chief|launcher|leader|driver", re.IGNORECASE)
-_DIGITS = re.compile(r"(\d+)")
+_DIGITS = re.compile(r"([0-9]+)")
+#: An index as the controllers write it: ASCII digits, of a length ``int`` takes at once ("²".isdigit() is true,
+#: and Python refuses to convert more than 4,300 digits).
+_INDEX = re.compile(r"[0-9]{1,18}")
 
 Key = tuple[tuple[int, int, str], ...]
 P = TypeVar("P")
 
 
 def natural(text: str) -> Key:
-    """A sort key ordering embedded numbers by value: ``w-2`` < ``w-10``."""
-    return tuple((1, int(part), "") if part.isdigit() else (0, 0, part) for part in _DIGITS.split(text) if part)
+    """A sort key ordering embedded numbers by value: ``w-2`` < ``w-10`` (a run of digits too long to be a
+    number is ordered as text)."""
+    return tuple((1, int(part), "") if _INDEX.fullmatch(part) else (0, 0, part) for part in _DIGITS.split(text) if part)
 
 
 def _int(value: Any) -> int | None:
     text = str(value).strip() if value is not None else ""
-    return int(text) if text.isdigit() else None
+    return int(text) if _INDEX.fullmatch(text) else None
 
 
 def _role(name: str) -> Key:
@@ -65,9 +69,12 @@ def _meta(pod: Mapping[str, Any], key: str) -> str | None:
 
 
 def _env_rank(pod: Mapping[str, Any]) -> int | None:
-    for container in (pod.get("spec") or {}).get("containers") or []:
-        for env in container.get("env") or []:
-            if env.get("name") == "RANK" and "value" in env:
+    spec = pod.get("spec")
+    containers = spec.get("containers") if isinstance(spec, Mapping) else None
+    for container in containers if isinstance(containers, list) else []:
+        envs = container.get("env") if isinstance(container, Mapping) else None
+        for env in envs if isinstance(envs, list) else []:
+            if isinstance(env, Mapping) and env.get("name") == "RANK" and "value" in env:
                 return _int(env.get("value"))
     return None
 
