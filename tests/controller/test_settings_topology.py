@@ -39,6 +39,15 @@ def test_settings_defaults_and_full_file() -> None:
     ({"slotMs": 11}, "maxHyperperiodMs", "whole number of slots"),
     ({"podsTimeoutSeconds": -1}, "podsTimeoutSeconds", "got -1, expected a number in [0, 604800]"),
     ({"podsTimeoutSeconds": "5m"}, "podsTimeoutSeconds", "got '5m', expected a number"),
+    # Found by an adversarial pass (2026-11-29): each was taken as given and failed only at run time.
+    ({"namespace": "Bad_NS"}, "namespace", "a DNS-1123 label"),
+    ({"watchNamespace": "a b"}, "watchNamespace", "a DNS-1123 label"),
+    ({"leaderElection": {"leaseName": "Lease!"}}, "leaderElection.leaseName", "a DNS-1123 subdomain"),
+    ({"bindAddress": "not an addr"}, "bindAddress", "an IP address to bind"),
+    ({"gpuResource": "  "}, "gpuResource", "an extended resource name"),
+    ({"defaultCapacities": {"tierGbps": {1: 400, "1": 800}}}, "defaultCapacities.tierGbps.1", "a tier not given already"),
+    ({"defaultCapacities": {"tierGbps": {"\uff11": 400}}}, "defaultCapacities.tierGbps.\uff11", "tier number"),
+    ({"defaultCapacities": {"tierGbps": {" 1 ": 400}}}, "defaultCapacities.tierGbps. 1 ", "tier number"),
 ])
 def test_settings_errors_name_field_value_and_expectation(data: dict, field: str, fragment: str) -> None:
     with pytest.raises(InvalidInput) as err:
@@ -196,3 +205,17 @@ def test_pinned_terms_only_narrow_existing_affinity() -> None:
     p["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"] = terms
     assert objects.pinned_node(p) == "n3"
     assert objects.pinned_node(b.pod("ns", "q", "g")) is None
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--health-port", "99999"], "--health-port: got 99999, expected an integer in [0, 65535]"),
+    (["--bind-address", "not an addr"], "--bind-address: got 'not an addr', expected an IP address"),
+    (["--namespace", "Bad"], "--namespace: got 'Bad', expected a namespace"),
+    (["--config", ""], "cannot read '': an empty path names no file"),
+])
+def test_the_flags_are_checked_as_the_keys_they_override(argv: list[str], message: str, tmp_path,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    from volcano_metronome.cli import main
+
+    assert main(["controller", "--kubeconfig", str(tmp_path / "none"), *argv]) == 2
+    assert message in capsys.readouterr().err

@@ -70,3 +70,23 @@ def test_webhook_refuses_bad_settings_and_certificates_before_serving(tmp_path: 
     assert code == 2 and "cannot load the serving certificate" in err
     code, _, err = run(["webhook", "--cert-dir", str(tmp_path), "--port", "0"], capsys)
     assert code == 2 and "--port" in err
+
+
+@pytest.mark.parametrize(("extra", "message"), [
+    (["--days", "3000000"], "--days: got 3000000, expected a number of days in [1, 3650]"),
+    (["--out", ""], "--out: got '', expected a directory"),
+    (["--out", "FILE"], "expected a directory to write the certificates into (this is a file)"),
+])
+def test_certs_refuses_out_of_range_flags_before_writing(extra: list[str], message: str, tmp_path: pathlib.Path,
+                                                         capsys):
+    (tmp_path / "afile").write_text("x")
+    argv = ["certs", "--service", "s", "--namespace", "n", "--out", str(tmp_path)]
+    argv += [str(tmp_path / "afile") if a == "FILE" else a for a in extra]
+    code, _, err = run(argv, capsys)
+    assert code == 2 and message in err
+
+
+def test_webhook_refuses_more_workers_than_it_bounds(tmp_path: pathlib.Path, capsys):
+    run(["certs", "--service", "s", "--namespace", "n", "--out", str(tmp_path), "--localhost"], capsys)
+    code, _, err = run(["webhook", "--cert-dir", str(tmp_path), "--workers", "100000"], capsys)
+    assert code == 2 and "--workers: got 100000, expected an integer in [1, 64]" in err

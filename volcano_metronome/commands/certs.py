@@ -20,20 +20,18 @@ import argparse
 import base64
 import datetime
 import pathlib
-import re
 import sys
 from typing import TYPE_CHECKING
 
+from volcano_metronome.core import fields
 from volcano_metronome.core.errors import InvalidInput, MetronomeError
 
 if TYPE_CHECKING:
     from volcano_metronome import kube as kube_module
     from volcano_metronome.certs import serving as servingcerts
 
-# Service and namespace names are DNS-1123 labels; they become the certificate's DNS names.
-_DNS_1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
-# Secret names are DNS-1123 subdomains.
-_DNS_1123_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+#: Longest validity of the serving certificate: ten years (a longer one overflows the certificate's dates).
+MAX_DAYS = 3650
 WRITE_ATTEMPTS = 5  # reads and writes of the Secret before a run of conflicts is reported
 
 
@@ -91,16 +89,16 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _check(args: argparse.Namespace) -> None:
-    for flag, value in (("--service", args.service), ("--namespace", args.namespace)):
-        if not _DNS_1123_LABEL.fullmatch(value):
-            raise InvalidInput(flag, value, "a DNS-1123 label (lower-case letters, digits and '-', at most 63)")
-    if args.secret is not None and (len(args.secret) > 253 or not _DNS_1123_SUBDOMAIN.fullmatch(args.secret)):
-        raise InvalidInput("--secret", args.secret, "a Secret name (DNS-1123 subdomain: lower-case letters, digits, "
-                                                    "'-' and '.', at most 253)")
+    fields.dns_label(args.service, "--service", "a Service name")
+    fields.dns_label(args.namespace, "--namespace", "a namespace")
+    if args.secret is not None:
+        fields.dns_subdomain(args.secret, "--secret", "a Secret name")
     if not args.out and not args.secret:
-        raise InvalidInput("--out", None, "a directory to write the certificates into, or --secret NAME")
-    if args.days < 1:
-        raise InvalidInput("--days", args.days, "a positive number of days")
+        raise InvalidInput("--out", args.out, "a directory to write the certificates into, or --secret NAME")
+    if args.out and pathlib.Path(args.out).exists() and not pathlib.Path(args.out).is_dir():
+        raise InvalidInput("--out", args.out, "a directory to write the certificates into (this is a file)")
+    if not 1 <= args.days <= MAX_DAYS:
+        raise InvalidInput("--days", args.days, f"a number of days in [1, {MAX_DAYS}] (ten years)")
 
 
 def _read_dir(out: pathlib.Path) -> servingcerts.Existing:

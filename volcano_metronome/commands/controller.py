@@ -23,8 +23,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run until SIGTERM/SIGINT (exit 0) or until the Lease is lost (exit 1)."""
-    import dataclasses
     import logging
+    import re
     import signal
     import threading
 
@@ -37,17 +37,17 @@ def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=args.log_level,
                         format="%(asctime)s %(levelname)s %(name)s %(threadName)s: %(message)s")
     try:
-        settings = settings_mod.parse(read_yaml(args.config) if args.config else None)
+        settings = settings_mod.parse(read_yaml(args.config) if args.config is not None else None)
     except InvalidInput as exc:
         raise MetronomeError(f"{args.config}: {exc}") from None
-    overrides: dict[str, object] = {}
-    if args.namespace:
-        overrides["namespace"] = args.namespace
-    if args.health_port is not None:
-        overrides["health_port"] = args.health_port
-    if args.bind_address:
-        overrides["bind_address"] = args.bind_address
-    settings = dataclasses.replace(settings, **overrides)  # type: ignore[arg-type]
+    # The flags override the file's keys and are checked as those keys are (named by the flag).
+    flags = {key: value for key, value in (("namespace", args.namespace), ("healthPort", args.health_port),
+                                           ("bindAddress", args.bind_address)) if value is not None}
+    try:
+        settings = settings_mod.parse(flags, settings)
+    except InvalidInput as exc:
+        flag = "--" + re.sub(r"([A-Z])", lambda m: "-" + m.group(1).lower(), exc.field)
+        raise InvalidInput(flag, exc.value, exc.expected) from None
     client = kube.connect(args.kubeconfig)
     stop = threading.Event()
 

@@ -21,11 +21,21 @@ from volcano_metronome.scenario import Scenario
 from volcano_metronome.sim.workload import SimScenario, parse_sim
 
 
+#: Largest file a command reads (the largest built-in scenario is under 2 KiB): ``/dev/zero`` is no settings file.
+MAX_FILE_BYTES = 16 * 1024 * 1024
+
+
 def read_yaml(path: str | pathlib.Path) -> Any:
     """Load one YAML document, with an error that names the file."""
+    if not str(path):
+        raise MetronomeError("cannot read '': an empty path names no file")
     p = pathlib.Path(path)
     try:
-        text = p.read_text(encoding="utf-8")
+        with p.open("rb") as stream:
+            raw = stream.read(MAX_FILE_BYTES + 1)
+        if len(raw) > MAX_FILE_BYTES:
+            raise MetronomeError(f"cannot read {p}: larger than {MAX_FILE_BYTES // (1024 * 1024)} MiB")
+        text = raw.decode("utf-8")
     except OSError as exc:
         raise MetronomeError(f"cannot read {p}: {exc.strerror}") from None
     except UnicodeDecodeError as exc:
@@ -119,3 +129,5 @@ def _parse_yaml(text: str, where: str) -> Any:
         return yaml.load(stream, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
     except yaml.YAMLError as exc:
         raise MetronomeError(f"{where}: not valid YAML: {exc}") from None
+    except RecursionError:  # PyYAML builds nested collections recursively
+        raise MetronomeError(f"{where}: nested deeper than this reader follows") from None

@@ -10,6 +10,9 @@ import tempfile
 
 from volcano_metronome.core.errors import InvalidInput, MetronomeError
 
+#: Most worker processes: gevent workers each serve every connection they accept, so the bound is memory, not load.
+MAX_WORKERS = 64
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Flags of ``webhook``."""
@@ -34,9 +37,13 @@ def run(args: argparse.Namespace) -> int:
     from volcano_metronome.admission import parse_settings
     from volcano_metronome.commands.files import read_yaml
 
-    for flag, value, low in (("--port", args.port, 1), ("--workers", args.workers, 1), ("--threads", args.threads, 1)):
-        if value < low or (flag == "--port" and value > 65535):
-            raise InvalidInput(flag, value, "a port in [1, 65535]" if flag == "--port" else "a positive integer")
+    if not 1 <= args.port <= 65535:
+        raise InvalidInput("--port", args.port, "a port in [1, 65535]")
+    if not 1 <= args.workers <= MAX_WORKERS:
+        # Each worker is a process that serves thousands of connections (gevent): a few per CPU is plenty.
+        raise InvalidInput("--workers", args.workers, f"an integer in [1, {MAX_WORKERS}]")
+    if args.threads < 1:
+        raise InvalidInput("--threads", args.threads, "a positive integer")
     try:
         settings = parse_settings(read_yaml(args.config) if args.config else None)
     except InvalidInput as exc:

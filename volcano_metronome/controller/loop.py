@@ -37,6 +37,7 @@ from volcano_metronome.controller.queuepolicy import DEFAULT_NAME, Reoptimizatio
 from volcano_metronome.controller.writes import Event, Plan
 from volcano_metronome.controller.settings import Settings
 from volcano_metronome.controller.writer import Api, Outcome, Writer
+from volcano_metronome.core.errors import MetronomeError
 from volcano_metronome.core.decision import Decision, NoFit
 from volcano_metronome.controller.deciding import Decided, Reoptimised, no_fit_category
 
@@ -385,8 +386,12 @@ def serve(k: kube.Kube, settings: Settings, options: ServeOptions, stop: threadi
 
     server = None
     if options.health:
-        server = HealthServer(settings.bind_address, settings.health_port, metrics, healthy,
-                              lambda: not_ready(controller, informers, synced)).start()
+        try:
+            server = HealthServer(settings.bind_address, settings.health_port, metrics, healthy,
+                                  lambda: not_ready(controller, informers, synced)).start()
+        except OSError as exc:  # the port is taken, or the address is none of this host's
+            raise MetronomeError(f"cannot serve health and metrics on {settings.bind_address}:{settings.health_port}: "
+                                 f"{exc.strerror or exc}") from None
         log.info("health and metrics on %s:%d", settings.bind_address, server.port)
     try:
         for inf in informers.values():

@@ -8,6 +8,7 @@ docs/controller.md; keep the two in step.
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
@@ -91,6 +92,8 @@ _TOP = {
 _LEADER = {"enabled", "leaseName", "leaseNamespace", "leaseDurationSeconds", "renewDeadlineSeconds",
            "retryPeriodSeconds"}
 _CAPS = {"nicGbps", "tierGbps"}
+#: An extended resource name: an optional DNS prefix and a name (nvidia.com/gpu, amd.com/gpu).
+_RESOURCE = re.compile(r"([a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?")
 
 
 def parse(data: Any, base: Settings | None = None) -> Settings:
@@ -106,11 +109,19 @@ def parse(data: Any, base: Settings | None = None) -> Settings:
     if "maxHyperperiodMs" in data:
         out["max_hyperperiod_ms"] = fields.number(data["maxHyperperiodMs"], "maxHyperperiodMs", minimum=1.0, maximum=3_600_000.0)
     for key, attr in (("gpuResource", "gpu_resource"), ("rackLabel", "rack_label"), ("zoneLabel", "zone_label"),
-                      ("namespace", "namespace"), ("bindAddress", "bind_address"), ("nodeSelector", "node_selector"),
-                      ("watchNamespace", "watch_namespace")):
+                      ("nodeSelector", "node_selector")):
         if key in data:
-            out[attr] = fields.string(data[key], key,
-                                allow_empty=key in ("rackLabel", "zoneLabel", "nodeSelector", "watchNamespace"))
+            out[attr] = fields.string(data[key], key, allow_empty=key != "gpuResource")
+    if "gpuResource" in data and not _RESOURCE.fullmatch(out["gpu_resource"]):
+        raise InvalidInput("gpuResource", data["gpuResource"], "an extended resource name, e.g. nvidia.com/gpu")
+    if "namespace" in data:
+        out["namespace"] = fields.dns_label(data["namespace"], "namespace", "a namespace")
+    if data.get("watchNamespace"):  # "" watches every namespace
+        out["watch_namespace"] = fields.dns_label(data["watchNamespace"], "watchNamespace", "a namespace")
+    elif "watchNamespace" in data:
+        out["watch_namespace"] = fields.string(data["watchNamespace"], "watchNamespace", allow_empty=True)
+    if "bindAddress" in data:
+        out["bind_address"] = fields.ip_address(data["bindAddress"], "bindAddress")
     if "defaultCapacities" in data:
         out["default_capacities"] = _capacities(data["defaultCapacities"], d.default_capacities)
     if "resyncSeconds" in data:
@@ -152,13 +163,12 @@ def _capacities(data: Any, base: DefaultCapacities) -> DefaultCapacities:
         tiers = {}
         for k, v in raw.items():
             where = f"defaultCapacities.tierGbps.{k}"
-            try:
-                tier = int(str(k))
-            except ValueError:
-                raise InvalidInput(where, k, "a tier number >= 1 as the key") from None
-            if tier < 1:
+            text = str(k) if isinstance(k, (int, str)) and not isinstance(k, bool) else ""
+            if not re.fullmatch(r"[0-9]{1,3}", text) or int(text) < 1:  # ASCII digits: "１" and " 1 " are no tiers
                 raise InvalidInput(where, k, "a tier number >= 1 as the key")
-            tiers[tier] = fields.number(v, where, minimum=1e-3, maximum=1e6)
+            if int(text) in tiers:
+                raise InvalidInput(where, k, f"a tier not given already (as {int(text)})")
+            tiers[int(text)] = fields.number(v, where, minimum=1e-3, maximum=1e6)
     return DefaultCapacities(nic, tiers)
 
 
@@ -167,9 +177,11 @@ def _leader(data: Any, base: LeaderElection) -> LeaderElection:
     out = dataclasses.replace(
         base,
         enabled=fields.boolean(data.get("enabled", base.enabled), "leaderElection.enabled"),
-        lease_name=fields.string(data.get("leaseName", base.lease_name), "leaderElection.leaseName"),
-        lease_namespace=fields.string(data.get("leaseNamespace", base.lease_namespace), "leaderElection.leaseNamespace",
-                                allow_empty=True),
+        lease_name=fields.dns_subdomain(data.get("leaseName", base.lease_name), "leaderElection.leaseName",
+                                        "a Lease name"),
+        lease_namespace=fields.dns_label(data["leaseNamespace"], "leaderElection.leaseNamespace", "a namespace")
+        if data.get("leaseNamespace") else fields.string(data.get("leaseNamespace", base.lease_namespace),
+                                                         "leaderElection.leaseNamespace", allow_empty=True),
         lease_duration_s=fields.number(data.get("leaseDurationSeconds", base.lease_duration_s),
                                  "leaderElection.leaseDurationSeconds", minimum=1.0, maximum=3600.0),
         renew_deadline_s=fields.number(data.get("renewDeadlineSeconds", base.renew_deadline_s),

@@ -6,6 +6,7 @@ simulator's workloads) so that one field is refused with the same words wherever
 
 from __future__ import annotations
 
+import ipaddress
 import math
 import re
 from typing import Any, Iterable, Mapping
@@ -14,6 +15,9 @@ from volcano_metronome.core.errors import InvalidInput
 
 #: What YAML 1.1 reads as text though it looks like a number: an exponent without its sign (1.0e12).
 _UNSIGNED_EXPONENT = re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)[eE]\d+$")
+#: Kubernetes names: a DNS-1123 label (namespaces, Services) and a DNS-1123 subdomain (most objects).
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 
 
 def mapping(data: Any, field: str, keys: Iterable[str] | None = None) -> Mapping[Any, Any]:
@@ -82,6 +86,30 @@ def string(value: Any, field: str, allow_empty: bool = False) -> str:
     if not isinstance(value, str) or (not value and not allow_empty):
         raise InvalidInput(field, value, "a string" if allow_empty else "a non-empty string")
     return value
+
+
+def dns_label(value: Any, field: str, what: str = "a name") -> str:
+    """A DNS-1123 label (a namespace's or a Service's name)."""
+    if not isinstance(value, str) or not _DNS_LABEL.fullmatch(value):
+        raise InvalidInput(field, value, f"{what}: a DNS-1123 label (lower-case letters, digits and '-', at most 63)")
+    return value
+
+
+def dns_subdomain(value: Any, field: str, what: str = "a name") -> str:
+    """A DNS-1123 subdomain (the name of most Kubernetes objects)."""
+    if not isinstance(value, str) or len(value) > 253 or not _DNS_SUBDOMAIN.fullmatch(value):
+        raise InvalidInput(field, value, f"{what}: a DNS-1123 subdomain (lower-case letters, digits, '-' and '.', "
+                                         f"at most 253)")
+    return value
+
+
+def ip_address(value: Any, field: str) -> str:
+    """An IPv4 or IPv6 address to bind (0.0.0.0 or :: for every interface)."""
+    try:
+        ipaddress.ip_address(value)
+    except ValueError:
+        raise InvalidInput(field, value, "an IP address to bind, e.g. 0.0.0.0 (every interface) or 127.0.0.1") from None
+    return str(value)
 
 
 def choice(value: Any, field: str, options: Iterable[str]) -> str:
