@@ -61,13 +61,18 @@ def counter_path(interface: str, root: pathlib.Path = SYS_CLASS_NET) -> pathlib.
     return path
 
 
-def record(path: pathlib.Path, hz: float, seconds: float, out: TextIO, *, interface: str = "",
-           clock: Callable[[], float] = time.perf_counter, sleep: Callable[[float], None] = time.sleep) -> Recording:
-    """Write the trace header and one row per tick for ``seconds`` at ``hz`` into ``out``."""
+def check_rate(hz: float, seconds: float) -> None:
+    """Refuse a sampling rate or a duration ``record`` cannot keep (before anything is opened or written)."""
     if not 0.0 < hz <= MAX_HZ:
         raise InvalidInput("--hz", hz, f"a sampling rate in (0, {MAX_HZ:g}] samples per second")
     if not 0.0 < seconds <= MAX_SECONDS:
         raise InvalidInput("--seconds", seconds, f"a duration in (0, {MAX_SECONDS:g}] seconds")
+
+
+def record(path: pathlib.Path, hz: float, seconds: float, out: TextIO, *, interface: str = "",
+           clock: Callable[[], float] = time.perf_counter, sleep: Callable[[float], None] = time.sleep) -> Recording:
+    """Write the trace header and one row per tick for ``seconds`` at ``hz`` into ``out``."""
+    check_rate(hz, seconds)
     period = 1.0 / hz
     ticks = int(seconds * hz + 1e-9) + 1  # due at start + k * period for k = 0 .. ticks - 1
     out.write(HEADER + "\n")

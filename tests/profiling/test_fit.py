@@ -267,3 +267,27 @@ def test_equal_bursts_at_twice_the_period_are_folded_to_the_period():
     result = fitted(spec, seed=849)
     assert result.profile.period_ms == pytest.approx(116.5, rel=0.02)
     assert len(result.profile.windows) == 1
+
+
+def test_a_burst_faster_than_any_node_is_refused_not_clamped():
+    # It used to come back at 6,400 Gbps with its length kept: two thirds of its bytes gone, silently.
+    result = refusal(Spec(200.0, ((170.0, 30.0, 20000.0),)))
+    assert result.reason == "implausible" and "2e+04 Gbps" in result.detail
+
+
+def test_a_trace_with_a_long_pause_is_refused_naming_the_pause():
+    text = csv(Spec(200.0, ((170.0, 30.0, 80.0),), periods=20), 1)
+    header, *rows = text.splitlines()
+    # The recorder stalls for an hour after the tenth row: the fit used to resample the hour at 1 ms (GiBs).
+    t, count = rows[-1].split(",")
+    result = fit(parse("\n".join([header, *rows, row(float(t) + 3600.0, int(count) + 1).strip()]) + "\n"))
+    assert isinstance(result, Refusal) and result.reason == "gap"
+    assert result.detail.startswith("no sample for 3600 s after t = ")
+
+
+def test_a_trace_of_more_intervals_than_a_fit_resamples_is_refused(monkeypatch):
+    from volcano_metronome.profiling import fit as fit_module
+
+    monkeypatch.setattr(fit_module, "MAX_STEPS", 1000)
+    result = refusal(Spec(200.0, ((170.0, 30.0, 80.0),), periods=20))
+    assert result.reason == "too-long" and "at most 1000" in result.detail

@@ -142,3 +142,11 @@ def test_loopback_bursts_every_200_ms_are_recorded_and_fitted(tmp_path):
     # target for fitted windows).
     window = max(result.profile.windows, key=lambda w: w.len_ms * w.gbps)
     assert window.len_ms == pytest.approx(30.0, abs=0.1 * sent_every_ms), result
+
+
+def test_a_refused_rate_leaves_the_trace_at_out_as_it_was(tmp_path, capsys):
+    # The --out file used to be opened (emptied) before --hz was checked.
+    out = tmp_path / "keep.csv"
+    out.write_text("time_s,tx_bytes\n0,1\n")
+    assert main(["profile", "record", "--interface", "lo", "--hz", "0", "--seconds", "1", "--out", str(out)]) == 2
+    assert "--hz: got 0.0" in capsys.readouterr().err and out.read_text() == "time_s,tx_bytes\n0,1\n"

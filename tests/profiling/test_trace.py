@@ -30,7 +30,7 @@ def test_crlf_and_a_byte_order_mark_are_fine():
     (HEADER + "\n0,1\n0.1\n", "t.csv: line 3", "0.1", "two comma-separated columns"),
     (HEADER + "\n0,1\n0.1,2,3\n", "t.csv: line 3", "0.1,2,3", "two comma-separated columns"),
     (HEADER + "\n0,1\nabc,2\n", "t.csv: line 3, column time_s", "abc", "a number of seconds"),
-    (HEADER + "\n0,1\nnan,2\n", "t.csv: line 3, column time_s", "nan", "a finite number of seconds"),
+    (HEADER + "\n0,1\nnan,2\n", "t.csv: line 3, column time_s", "nan", "a number of seconds such as 0.001"),
     (HEADER + "\n0,1\n0.1,2.5\n", "t.csv: line 3, column tx_bytes", "2.5", "a whole number of bytes >= 0"),
     (HEADER + "\n0,1\n0.1,-4\n", "t.csv: line 3, column tx_bytes", "-4", "a whole number of bytes >= 0"),
     (HEADER + "\n0,1\n0.1,\n", "t.csv: line 3, column tx_bytes", "", "a whole number of bytes >= 0"),

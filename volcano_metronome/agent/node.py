@@ -4,7 +4,7 @@ Every ``interval_s`` it records ``seconds`` of ``/sys/class/net/IF/statistics/tx
 (the sampler of ``profile record``), exports the mean rate, and, when this node's NIC belongs to one
 gang and this node reports it (:mod:`volcano_metronome.agent.owners`), fits the trace and merges the
 profile into that gang's claim as ``status.measuredProfile`` (the only write it makes). A refused
-fit (too short, too coarse, aperiodic) writes nothing and is counted by reason.
+fit (too short, too coarse, aperiodic, a gap, too long, implausible) writes nothing and is counted by reason.
 
 The runtime helpers' own measurements (``--runtime-dir``, :mod:`volcano_metronome.agent.reports`) come
 first: for every gang whose first node is this one, a fresh report is written as the measured profile

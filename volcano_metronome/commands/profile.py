@@ -2,7 +2,8 @@
 
 ``record`` samples a NIC's transmit byte counter into a trace (CSV ``time_s,tx_bytes``); ``fit``
 reads one and prints the periodic profile it shows, with the ``metronome.dev/*`` annotations that
-declare it. A trace that is too short, too coarse or aperiodic is refused with the reason (exit 2).
+declare it. A trace that is too short, too coarse, aperiodic, broken by a gap, too long or implausible is
+refused with the reason (exit 2).
 ``agent`` is the node agent the chart's DaemonSet runs (:mod:`volcano_metronome.agent`).
 See docs/profiles.md.
 """
@@ -105,6 +106,7 @@ def _record(args: argparse.Namespace) -> int:
     from volcano_metronome import sampler
 
     path = sampler.counter_path(args.interface)
+    sampler.check_rate(args.hz, args.seconds)  # before --out is opened: a refused flag must not empty the file
     out = pathlib.Path(args.out)
     try:
         stream = out.open("w", encoding="utf-8")

@@ -14,7 +14,12 @@ Refusals, each saying which:
   (a sliver, a run shorter than that carrying under :data:`SLIVER_SHARE` of the largest window's
   bytes, is not a window: its bytes are left to the baseline, see :func:`_without_slivers`);
 * ``aperiodic``: the autocorrelation at the multiples of the best period within half the trace
-  averages less than ``period.MIN_PEAK`` (random traffic stays under 0.1; see docs/profiles.md).
+  averages less than ``period.MIN_PEAK`` (random traffic stays under 0.1; see docs/profiles.md);
+* ``gap``: the samples stop for more than :data:`MAX_GAP_SHARE` of the trace (the recorder stalled):
+  its bytes would be spread evenly over the gap, and what repeats across it cannot be told;
+* ``too-long``: more than :data:`MAX_STEPS` sampling intervals (the fit holds a few arrays of that length);
+* ``implausible``: a burst faster than any node sends (``core.profile.MAX_GBPS``): the counter jumped
+  (a glitch, or not a byte counter), and a profile would carry a rate nobody sent.
 """
 
 from __future__ import annotations
@@ -44,14 +49,18 @@ SLIVER_SHARE = 0.1
 MIN_SAMPLES = 16
 #: Jitter is the spread between these percentiles of the iterations' lateness.
 JITTER_PERCENTILES = (2.5, 97.5)
+#: Longest pause in the samples, as a share of the trace, that a fit accepts.
+MAX_GAP_SHARE = 0.1
+#: Most sampling intervals one fit resamples (70 minutes at 1 kHz): a day-long pause at 1 ms used to ask for GiBs.
+MAX_STEPS = 2**22
 
 # no-rate: the runtime helper timed its bursts without their bytes (its measurement has no rate to report).
-Reason = Literal["too-short", "too-coarse", "aperiodic", "no-rate"]
+Reason = Literal["too-short", "too-coarse", "aperiodic", "gap", "too-long", "implausible", "no-rate"]
 
 
 @dataclass(frozen=True)
 class Refusal:
-    """Why the trace gives no profile: ``reason`` is one of too-short, too-coarse, aperiodic (no-rate: the runtime's)."""
+    """Why the trace gives no profile: ``reason`` is one of ``Reason`` (see the module docstring; no-rate: the runtime's)."""
 
     reason: Reason
     detail: str
@@ -93,6 +102,16 @@ def fit(trace: Trace) -> Fit | Refusal:
     if trace.samples < MIN_SAMPLES:
         return Refusal("too-short", f"{trace.samples} samples; at least {MIN_SAMPLES} and {MIN_PERIODS} periods "
                                     "are needed")
+    gaps = np.diff(trace.time_s)
+    if gaps.max() > MAX_GAP_SHARE * trace.span_s:
+        at = int(np.argmax(gaps))
+        return Refusal("gap", f"no sample for {gaps[at]:.4g} s after t = {trace.time_s[at]:.6g} s, more than "
+                              f"{MAX_GAP_SHARE:.0%} of the {trace.span_s:.4g} s trace: record again, or fit the rows "
+                              f"before or after the gap")
+    if trace.span_s / trace.interval_s > MAX_STEPS:
+        return Refusal("too-long", f"{trace.span_s / trace.interval_s:.3g} sampling intervals of "
+                                   f"{trace.interval_s * 1000:.4g} ms; at most {MAX_STEPS}: fit a shorter stretch "
+                                   f"(a minute covers hundreds of periods)")
     rate = uniform(trace)
     dt_ms = rate.dt_s * 1000.0
     found = periods.find(rate.gbps)
@@ -164,6 +183,10 @@ def _fit_at(trace: Trace, rate: Rate, period: float) -> Fit | Refusal:
         return Refusal("too-coarse", f"sampled every {dt_ms:.4g} ms, slower than a quarter of the shortest window "
                                      f"({shortest:.4g} ms): sample at least every {shortest / SAMPLES_PER_WINDOW:.4g} "
                                      f"ms (--hz {math.ceil(1000.0 * SAMPLES_PER_WINDOW / shortest)} or more)")
+    fastest = max(b.gbps for b in found_bursts)
+    if fastest > MAX_GBPS:
+        return Refusal("implausible", f"a burst at {fastest:.4g} Gbps, above the {MAX_GBPS:g} Gbps any node sends: "
+                                      f"the counter jumped (a glitch, or not tx_bytes); record again")
     jitter_ms = _jitter(aligned.lateness, folded.bins) * bin_ms
     return Fit(_profile(found_bursts, folded.bins, period_ms, jitter_ms), explained(folded), folded.iterations,
                dt_ms, trace.longest_gap_s * 1000.0, trace.span_s, baseline)
@@ -219,7 +242,7 @@ def _profile(found: list[Burst], bins: int, period_ms: float, jitter_ms: float) 
     windows = []
     for b in found[last + 1:] + found[: last + 1]:
         start = round(((b.start - origin) % bins) * scale, 1)
-        windows.append([start, round(b.length * scale, 1), float(f"{min(b.gbps, MAX_GBPS):.4g}")])
+        windows.append([start, round(b.length * scale, 1), float(f"{min(b.gbps, MAX_GBPS):.4g}")])  # 4 digits may round up
     # Rounding may push an edge past its neighbour or the period's end by a tenth of a millisecond.
     for i, w in enumerate(windows):
         end = windows[i + 1][0] if i + 1 < len(windows) else period

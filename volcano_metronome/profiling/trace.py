@@ -19,7 +19,8 @@ from volcano_metronome.core.errors import InvalidInput
 
 HEADER = "time_s,tx_bytes"
 COLUMNS = ("time_s", "tx_bytes")
-_COUNT = re.compile(r"\d+")
+_COUNT = re.compile(r"[0-9]{1,20}")  # ASCII digits, at most a 64-bit counter's 20
+_SECONDS = re.compile(r"[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]+)?")
 _BITS_PER_BYTE = 8.0
 
 
@@ -112,10 +113,9 @@ def uniform(trace: Trace) -> Rate:
 
 
 def _time(text: str, field: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise InvalidInput(field, text, "a number of seconds such as 0.001") from None
+    if not _SECONDS.fullmatch(text):  # float() also takes "1_0", "nan" and full-width digits
+        raise InvalidInput(field, text, "a number of seconds such as 0.001")
+    value = float(text)
     if not math.isfinite(value):
         raise InvalidInput(field, text, "a finite number of seconds")
     return value
@@ -123,5 +123,5 @@ def _time(text: str, field: str) -> float:
 
 def _count(text: str, field: str) -> int:
     if not _COUNT.fullmatch(text):
-        raise InvalidInput(field, text, "a whole number of bytes >= 0 such as 123456")
+        raise InvalidInput(field, text, "a whole number of bytes >= 0 such as 123456 (at most 20 digits)")
     return int(text)
