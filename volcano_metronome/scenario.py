@@ -29,6 +29,12 @@ MAX_TIME_S = 365 * 24 * 3600.0
 MIN_PRIORITY, MAX_PRIORITY = -(2**31), 2**31 - 1
 #: The slowest link a topology may have: 1 Mbps, the unit the core counts bandwidth in.
 MIN_GBPS = 0.001
+#: The largest cluster and gang a scenario may describe: 100 times ``scale-1k``'s 1,024 nodes (a topology of
+#: 10^10 nodes used to run out of memory building its arrays), and as many workers.
+MAX_NODES = 102_400
+MAX_WORKERS = MAX_NODES
+#: Most GPUs and NICs per node (a DGX has 8 of each).
+MAX_PER_NODE = 64
 TOP_LEVEL_KEYS = {"name", "slot_ms", "max_hyperperiod_ms", "topology", "policy", "jobs", "catalog"}
 
 
@@ -164,20 +170,24 @@ def parse_topology(data: Any) -> TopologySpec:
     """Parse ``topology: {racks, nodes_per_rack, gpus_per_node, nic_gbps, uplink_gbps, nics_per_node, gpu, mfu}``."""
     keys = {"racks", "nodes_per_rack", "gpus_per_node", "nic_gbps", "uplink_gbps", "nics_per_node", "gpu", "mfu"}
     fields.mapping(data, "topology", keys)
-    racks = fields.integer(data.get("racks", 1), "topology.racks", 1)
+    racks = fields.integer(data.get("racks", 1), "topology.racks", 1, MAX_NODES)
     if racks > 1 and "uplink_gbps" not in data:
         raise InvalidInput("topology.uplink_gbps", None, "the rack uplink capacity in Gbps (needed when racks > 1)")
     spec = TopologySpec(
         racks=racks,
-        nodes_per_rack=fields.integer(data.get("nodes_per_rack"), "topology.nodes_per_rack", 1),
-        gpus_per_node=fields.integer(data.get("gpus_per_node"), "topology.gpus_per_node", 0),
+        nodes_per_rack=fields.integer(data.get("nodes_per_rack"), "topology.nodes_per_rack", 1, MAX_NODES),
+        gpus_per_node=fields.integer(data.get("gpus_per_node"), "topology.gpus_per_node", 0, MAX_PER_NODE),
         nic_gbps=fields.number(data.get("nic_gbps"), "topology.nic_gbps", minimum=MIN_GBPS),
         uplink_gbps=None if racks == 1 and "uplink_gbps" not in data
         else fields.number(data.get("uplink_gbps"), "topology.uplink_gbps", minimum=MIN_GBPS),
-        nics_per_node=fields.integer(data.get("nics_per_node", 1), "topology.nics_per_node", 1),
+        nics_per_node=fields.integer(data.get("nics_per_node", 1), "topology.nics_per_node", 1, MAX_PER_NODE),
         gpu=_gpu(data.get("gpu")),
         mfu=None if data.get("mfu") is None else fields.number(data.get("mfu"), "topology.mfu"),
     )
+    if spec.nodes > MAX_NODES:
+        raise InvalidInput("topology.nodes_per_rack", spec.nodes_per_rack,
+                           f"at most {MAX_NODES:,} nodes in all ({spec.racks} racks of {spec.nodes_per_rack} make "
+                           f"{spec.nodes:,})")
     if (spec.gpu is None) != (spec.mfu is None):
         raise InvalidInput("topology.mfu" if spec.gpu else "topology.gpu", spec.mfu if spec.gpu else spec.gpu,
                            "gpu and mfu given together (or neither)")
@@ -220,8 +230,8 @@ def parse_job(data: Any, field: str, topology: TopologySpec, catalog: Catalog, g
     keys = {"name", "arrival_s", "workers", "gpus_per_worker", "iterations", "priority", "profile", "model"}
     fields.mapping(data, field, keys)
     name = data.get("name")
-    if not isinstance(name, str) or not name:
-        raise InvalidInput(f"{field}.name", name, "a non-empty string")
+    if not isinstance(name, str) or not name or not name.isprintable():
+        raise InvalidInput(f"{field}.name", name, "a non-empty string of printable characters")
     if ("profile" in data) == ("model" in data):
         raise InvalidInput(f"{field}", sorted(set(data) & {"profile", "model"}), "exactly one of profile or model")
     model = None
@@ -236,7 +246,7 @@ def parse_job(data: Any, field: str, topology: TopologySpec, catalog: Catalog, g
     return JobSpec(
         name=name,
         arrival_s=fields.number(data.get("arrival_s", 0.0), f"{field}.arrival_s", minimum=0.0, maximum=MAX_TIME_S),
-        workers=fields.integer(data.get("workers"), f"{field}.workers", 1),
+        workers=fields.integer(data.get("workers"), f"{field}.workers", 1, MAX_WORKERS),
         gpus_per_worker=fields.integer(data.get("gpus_per_worker", 1), f"{field}.gpus_per_worker", 0),
         iterations=fields.integer(data.get("iterations", 100), f"{field}.iterations", 1, MAX_ITERATIONS),
         priority=fields.integer(data.get("priority", 0), f"{field}.priority", MIN_PRIORITY, MAX_PRIORITY),

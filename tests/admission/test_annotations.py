@@ -95,6 +95,9 @@ def test_claim_alone():
     ({api.PERIOD_MS: "100", api.WINDOWS: '[{"start_ms": 0, "len_ms": 10, "gbps": 1, "x": 1}]'}, api.WINDOWS + "[0].x",
      "start_ms"),
     ({api.PERIOD_MS: "100", api.WINDOWS: '[{"start_ms": 0, "len_ms": 1, "gbps": NaN}]'}, api.WINDOWS, '"start_ms"'),
+    # JSON keeps the last of a key given twice: the first start_ms would be dropped without a word.
+    ({api.PERIOD_MS: "100", api.WINDOWS: '[{"start_ms": 0, "start_ms": 60, "len_ms": 10, "gbps": 1}]'}, api.WINDOWS,
+     "'start_ms' is given twice"),
     ({api.PERIOD_MS: "100", api.WINDOWS: '[{"start_ms":0,"len_ms":50,"gbps":1},{"start_ms":40,"len_ms":5,"gbps":1}]'},
      api.WINDOWS + "[1].start_ms", "overlap"),
     ({api.PERIOD_MS: "100", api.DUTY_CYCLE: "0.5", api.GBPS: "1", api.JITTER_MS: "100"}, api.JITTER_MS, "[0, period_ms"),

@@ -55,7 +55,12 @@ def test_choice_refuses_anything_but_one_of_the_strings(value):
     assert fields.choice("FIFO", "policy.ordering", ["FIFO", "StrictPriority"]) == "FIFO"
 
 
-def test_an_exponent_yaml_read_as_text_is_explained():
-    with pytest.raises(InvalidInput, match=r"write an exponent with its sign, as in 1.0e\+12"):
-        fields.number("1.0e12", "x")
+@pytest.mark.parametrize("text", ["1.0e12", "1e+12", "1E-3", "-1e+300"])
+def test_an_exponent_yaml_read_as_text_is_explained(text):
+    # YAML 1.1 (PyYAML) needs a dot and a signed exponent for a float: each of these is a string to it.
+    with pytest.raises(InvalidInput, match=r"this is text to YAML: write a dot and the exponent's sign, as in 1.0e\+12"):
+        fields.number(text, "x")
     assert fields.number(1.0e12, "x") == 1.0e12
+    with pytest.raises(InvalidInput) as err:
+        fields.number("5", "x")
+    assert err.value.expected == "a finite number"

@@ -81,7 +81,7 @@ def test_a_scenario_with_neither_jobs_nor_generate_is_refused() -> None:
     ("colour", "red", r"^colour: got 'red', expected one of the scenario keys \["),
     # Found by an adversarial pass over the format (2026-11-29): each of these used to raise a traceback,
     # or run with NaN arrival times.
-    ("generate.workers", [[2, 4]], r"^generate.workers\[0\]: got \[2, 4\], expected an integer >= 1"),
+    ("generate.workers", [[2, 4]], r"^generate.workers\[0\]: got \[2, 4\], expected an integer in \[1, 102400\]"),
     ("generate.mix", {"resnet50": 1e308, "bert-base": 1e308},
      r"^generate.mix.resnet50: got 1e\+308, expected a weight > 0 and <= 1e\+09"),
     ("generate.priorities", {10**400: 1}, r"^generate.priorities.1000.*expected an integer in \[-2147483648, 2147483647\]"),
@@ -93,7 +93,9 @@ def test_a_scenario_with_neither_jobs_nor_generate_is_refused() -> None:
      r"^execution.straggler_slowdown: got 1e\+300, expected a number in \[1, 100\]"),
     ("execution", {"noise_cv": 1000}, r"^execution.noise_cv: got 1000, expected a number in \[0, 1\]"),
     ("topology.uplink_gbps", 1e-6, r"^topology.uplink_gbps: got 1e-06, expected a number >= 0.001"),
-    ("topology.uplink_gbps", "1.0e12", r"^topology.uplink_gbps: got '1.0e12', expected .*write an exponent with its sign"),
+    ("topology.uplink_gbps", "1.0e12", r"^topology.uplink_gbps: got '1.0e12', expected .*write a dot and the exponent's sign"),
+    ("topology", {"racks": 100000, "nodes_per_rack": 100000, "gpus_per_node": 8, "nic_gbps": 100, "uplink_gbps": 100},
+     r"^topology.nodes_per_rack: got 100000, expected at most 102,400 nodes in all \(100000 racks of 100000 make"),
     ("generate.mix", {"ResNet50": 1, "resnet50": 1},
      r"^generate.mix.resnet50: got 'resnet50', expected a model not already in the mix \(as ResNet50\)"),
     # Valid on its own, a catalog model can ask too much of a cluster: named by the mix entry, not "profile".
@@ -117,6 +119,8 @@ def test_a_cap_of_too_many_slots_names_the_keys_the_file_has() -> None:
     ({"model": None}, {}, r"^jobs\[0\].model: got None, expected a non-empty string"),
     ({"priority": 2**31}, {}, r"^jobs\[0\].priority: got 2147483648, expected an integer in \[-2147483648, 2147483647\]"),
     ({"arrival_s": 1e300}, {}, r"^jobs\[0\].arrival_s: got 1e\+300, expected a number in \[0, 3.1536e\+07\]"),
+    ({"workers": 10**12, "gpus_per_worker": 0}, {}, r"^jobs\[0\].workers: got 1000000000000, expected an integer in"),
+    ({"name": "a\x00b"}, {}, r"^jobs\[0\].name: got 'a\\x00b', expected a non-empty string of printable characters"),
     # A name generate: gives one of its jobs would collide on some seed: refused whatever the seed.
     ({"name": "bert-base-0029"}, {}, r"^jobs\[0\].name: got 'bert-base-0029', expected a name generate: does not give"),
     ({"profile": {"period_ms": 30000, "windows": [{"start_ms": 0, "len_ms": 10, "gbps": 10}]}}, {},

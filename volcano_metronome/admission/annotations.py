@@ -167,13 +167,26 @@ def _number(present: Mapping[str, str], key: str, at: str, expected: str) -> flo
     return value
 
 
+class _Twice(ValueError):
+    """A JSON object with a key given twice (``json`` keeps the last silently)."""
+
+
 def _json(text: str, field: str, expected: str) -> Any:
-    """Parse JSON whose integers become floats (no unbounded int parsing) and with no NaN/Infinity."""
+    """Parse JSON whose integers become floats (no unbounded int parsing), with no NaN/Infinity and no key twice."""
     def refuse(constant: str) -> Any:
         raise ValueError(constant)
 
+    def unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        keys = [k for k, _ in pairs]
+        twice = next((k for k in keys if keys.count(k) > 1), None)
+        if twice is not None:
+            raise _Twice(twice)
+        return dict(pairs)
+
     try:
-        return json.loads(text, parse_int=float, parse_constant=refuse)
+        return json.loads(text, parse_int=float, parse_constant=refuse, object_pairs_hook=unique)
+    except _Twice as exc:
+        raise InvalidInput(field, text, f"{expected}, each key once (here {exc.args[0]!r} is given twice)") from None
     except (ValueError, RecursionError):
         raise InvalidInput(field, text, expected) from None
 

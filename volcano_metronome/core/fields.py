@@ -13,8 +13,9 @@ from typing import Any, Iterable, Mapping
 
 from volcano_metronome.core.errors import InvalidInput
 
-#: What YAML 1.1 reads as text though it looks like a number: an exponent without its sign (1.0e12).
-_UNSIGNED_EXPONENT = re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)[eE]\d+$")
+#: What YAML 1.1 reads as text though it looks like a number: an exponent without a dot or without a sign
+#: (1.0e12, 1e+12, 1E-3); a float there needs both (1.0e+12).
+_TEXT_EXPONENT = re.compile(r"^[-+]?([0-9]+\.?[0-9]*|\.[0-9]+)[eE][-+]?[0-9]+$")
 #: Kubernetes names: a DNS-1123 label (namespaces, Services) and a DNS-1123 subdomain (most objects).
 _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 _DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
@@ -40,9 +41,9 @@ def number(value: Any, field: str, *, minimum: float | None = None, maximum: flo
            above: float | None = None) -> float:
     """A finite number, within the bounds given (``above`` is exclusive); bools and strings are refused."""
     form = _number_form(minimum, maximum, above)
-    if isinstance(value, str) and _UNSIGNED_EXPONENT.match(value):
-        # YAML 1.1 (PyYAML) reads an exponent without a sign as text: 1.0e12 is a string, 1.0e+12 a number.
-        raise InvalidInput(field, value, f"{form} (this is text: write an exponent with its sign, as in 1.0e+12)")
+    if isinstance(value, str) and _TEXT_EXPONENT.match(value):
+        raise InvalidInput(field, value, f"{form} (this is text to YAML: write a dot and the exponent's sign, "
+                                         f"as in 1.0e+12)")
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise InvalidInput(field, value, form)
     try:

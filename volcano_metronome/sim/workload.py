@@ -28,8 +28,8 @@ from volcano_metronome.catalog import Catalog
 from volcano_metronome.core.errors import InvalidInput
 from volcano_metronome.core import fields
 from volcano_metronome.core.profile import Profile
-from volcano_metronome.scenario import (MAX_ITERATIONS, MAX_PRIORITY, MAX_TIME_S, MIN_PRIORITY, JobSpec, Scenario,
-                                        model_profile, parse)
+from volcano_metronome.scenario import (MAX_ITERATIONS, MAX_PRIORITY, MAX_TIME_S, MAX_WORKERS, MIN_PRIORITY, JobSpec,
+                                        Scenario, model_profile, parse)
 
 EXTRA_KEYS = frozenset({"description", "seeds", "generate", "execution"})
 ARRIVAL_PROCESSES = ("poisson",)
@@ -291,7 +291,7 @@ def _shapes(data: Mapping[str, Any], scenario: Scenario) -> tuple[tuple[tuple[in
             where = f"generate.shapes[{i}]"
             if not isinstance(shape, Mapping) or set(shape) != {"workers", "gpus_per_worker", "weight"}:
                 raise InvalidInput(where, shape, "a mapping with exactly workers, gpus_per_worker, weight")
-            workers = fields.integer(shape["workers"], f"{where}.workers", 1)
+            workers = fields.integer(shape["workers"], f"{where}.workers", 1, MAX_WORKERS)
             gpus = fields.integer(shape["gpus_per_worker"], f"{where}.gpus_per_worker", 0)
             check_fits(workers, gpus, scenario, where)
             out.append(((workers, gpus), _weight(shape["weight"], f"{where}.weight")))
@@ -299,10 +299,10 @@ def _shapes(data: Mapping[str, Any], scenario: Scenario) -> tuple[tuple[tuple[in
     gpus = fields.integer(data.get("gpus_per_worker", 1), "generate.gpus_per_worker", 0)
     raw_workers = data.get("workers")
     if isinstance(raw_workers, list):
-        raw_workers = {fields.integer(w, f"generate.workers[{i}]", 1): 1 for i, w in enumerate(raw_workers)}
+        raw_workers = {fields.integer(w, f"generate.workers[{i}]", 1, MAX_WORKERS): 1 for i, w in enumerate(raw_workers)}
     choices = _weights(raw_workers, "generate.workers", int)
     for w, _ in choices:
-        fields.integer(w, f"generate.workers.{w}", 1)
+        fields.integer(w, f"generate.workers.{w}", 1, MAX_WORKERS)
         check_fits(w, gpus, scenario, f"generate.workers.{w}")
     return tuple(((int(w), gpus), weight) for w, weight in choices)
 
