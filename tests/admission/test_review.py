@@ -242,3 +242,20 @@ def test_messages_are_printable_and_bounded():
     message = response(out.review)["status"]["message"]
     assert message.isprintable() and len(message) <= 1000
     json.dumps(out.review)  # serialisable as is
+
+
+def test_node_constraints_too_large_for_an_annotation_are_left_to_the_pods_with_a_warning():
+    # Enough templates with distinct selectors pass the 256 KiB Kubernetes allows all of an object's annotations,
+    # and the API server would refuse the Job the webhook let through: past 64 KiB the annotation is left out.
+    tasks = [{"name": f"t{i}", "replicas": 1, "template": {"spec": {
+        "nodeSelector": {"pool": f"pool-{i:04d}-" + "x" * 100}, "containers": [{"name": "c", "image": "x"}]}}}
+        for i in range(1100)]
+    job = volcano_job(MODEL, tasks=tasks)
+    result = admit(review(job), CTX)
+    out = patched(job, result.review)
+    assert api.POD_CONSTRAINTS not in out["metadata"]["annotations"]
+    assert out["metadata"]["annotations"][api.PROFILE] == RESNET_JSON
+    warning = response(result.review)["warnings"][0]
+    assert f"{api.POD_CONSTRAINTS} not written: the node constraints of the 1100 task templates take 152,901" in warning
+    small = volcano_job(MODEL)
+    assert api.POD_CONSTRAINTS in patched(small, admit(review(small), CTX).review)["metadata"]["annotations"]

@@ -57,13 +57,22 @@ def admit_volcano_job(obj: Mapping[str, Any], namespace: str, ctx: Context) -> O
     # The PodGroup Volcano creates copies the Job's annotations: with its pods' node constraints the controller
     # can decide the gang before the pods exist (shapes.templates).
     specs = [(mapping_at(obj, ("spec", "tasks", i, "template", "spec")) or {}) for i in range(len(tasks))]
-    ops = set_entries(obj, ANNOTATIONS, {**entries, api.POD_CONSTRAINTS: templates.encode(specs)})
+    constraints = templates.encode(specs)
+    on_job = dict(entries)
+    warnings: tuple[str, ...] = ()
+    if len(constraints) <= templates.MAX_BYTES:
+        on_job[api.POD_CONSTRAINTS] = constraints
+    else:  # Kubernetes caps an object's annotations at 256 KiB in all; the controller reads the pods instead
+        warnings = (f"{api.POD_CONSTRAINTS} not written: the node constraints of the {len(tasks)} task templates "
+                    f"take {len(constraints):,} bytes, above {templates.MAX_BYTES:,}; the gang is decided once its "
+                    f"pods exist",)
+    ops = set_entries(obj, ANNOTATIONS, on_job)
     for i in range(len(tasks)):
         ops += _pod_template_ops(obj, ("spec", "tasks", i, "template"), entries)
     if gang.default_min_available is not None:
         ops += set_value(obj, ("spec", "minAvailable"), gang.default_min_available)
     ops += tier_limit_ops(obj, ("spec",), resolved.profile, gang.size, ctx.settings.tier_limit)
-    return Outcome(tuple(ops))
+    return Outcome(tuple(ops), warnings)
 
 
 def admit_pod_group(obj: Mapping[str, Any], namespace: str, ctx: Context) -> Outcome:

@@ -17,6 +17,8 @@ from typing import Any, Mapping, Sequence
 from volcano_metronome.core.errors import InvalidInput
 
 REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
+#: Longest annotation written: a quarter of the 256 KiB Kubernetes allows an object's annotations in all.
+MAX_BYTES = 64 * 1024
 KEYS = ("nodeSelector", "affinity", "tolerations", "priorityClassName")
 
 
