@@ -95,6 +95,8 @@ def test_claim_alone():
     ({api.PERIOD_MS: "100", api.WINDOWS: '[{"start_ms": 0, "len_ms": 10, "gbps": 1, "x": 1}]'}, api.WINDOWS + "[0].x",
      "start_ms"),
     ({api.PERIOD_MS: "100", api.WINDOWS: '[{"start_ms": 0, "len_ms": 1, "gbps": NaN}]'}, api.WINDOWS, '"start_ms"'),
+    # A window of 2e-15 ms vanished against the period and the error blamed gbps.
+    ({api.PERIOD_MS: "200", api.DUTY_CYCLE: "1e-17", api.GBPS: "80"}, api.DUTY_CYCLE, "lasts 1 us or more"),
     # JSON keeps the last of a key given twice: the first start_ms would be dropped without a word.
     ({api.PERIOD_MS: "100", api.WINDOWS: '[{"start_ms": 0, "start_ms": 60, "len_ms": 10, "gbps": 1}]'}, api.WINDOWS,
      "'start_ms' is given twice"),

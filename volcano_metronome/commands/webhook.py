@@ -8,6 +8,7 @@ import os
 import pathlib
 import tempfile
 
+from volcano_metronome.core import fields
 from volcano_metronome.core.errors import InvalidInput, MetronomeError
 
 #: Most worker processes: gevent workers each serve every connection they accept, so the bound is memory, not load.
@@ -44,8 +45,11 @@ def run(args: argparse.Namespace) -> int:
         raise InvalidInput("--workers", args.workers, f"an integer in [1, {MAX_WORKERS}]")
     if args.threads < 1:
         raise InvalidInput("--threads", args.threads, "a positive integer")
+    fields.ip_address(args.host, "--host")
+    if args.access_log not in ("-", "off") and pathlib.Path(args.access_log).is_dir():
+        raise InvalidInput("--access-log", args.access_log, "a file to append to, '-' for stdout or 'off' (this is a folder)")
     try:
-        settings = parse_settings(read_yaml(args.config) if args.config else None)
+        settings = parse_settings(read_yaml(args.config) if args.config is not None else None)
     except InvalidInput as exc:
         raise MetronomeError(f"{args.config}: {exc}") from None
     cert_file = str(pathlib.Path(args.cert_dir) / args.cert_file)

@@ -29,7 +29,12 @@ def parse_profile(data: Any, where: str, catalog: Catalog, line_rate_gbps: float
     if isinstance(data, dict) and "model" in data:
         entries = fields.mapping(data, where, {"model", "jitterMs"})
         name = entries["model"]
-        profile = catalog.get(name, field=f"{where}.model").profile(line_rate_gbps)
+        entry = catalog.get(name, field=f"{where}.model")
+        try:
+            profile = entry.profile(line_rate_gbps)
+        except InvalidInput as exc:  # the entry is valid at its own rate; at this line rate it may not be
+            raise InvalidInput(f"{where}.model", name, f"a model whose profile at lineRateGbps {line_rate_gbps:g} is "
+                                                       f"valid; there its {exc}") from None
         if "jitterMs" in entries:
             jitter = fields.number(entries["jitterMs"], f"{where}.jitterMs")
             try:
