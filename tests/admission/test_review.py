@@ -259,3 +259,14 @@ def test_node_constraints_too_large_for_an_annotation_are_left_to_the_pods_with_
     assert f"{api.POD_CONSTRAINTS} not written: the node constraints of the 1100 task templates take 152,901" in warning
     small = volcano_job(MODEL)
     assert api.POD_CONSTRAINTS in patched(small, admit(review(small), CTX).review)["metadata"]["annotations"]
+
+
+def test_a_junk_inherited_gang_size_is_named_when_min_member_cannot_stand_in():
+    owner = {"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job", "name": "j", "uid": "u", "controller": True}
+    obj = pod_group({**MODEL, api.GANG_SIZE: "lots"}, owners=[owner], minMember=None)
+    warning = response(admit(review(obj), CTX).review)["warnings"][0]
+    assert f"{api.GANG_SIZE}: got 'lots', expected a gang size of ASCII digits" in warning
+    assert "spec.minMember" in warning
+    # With a minMember to stand in, the group is admitted with it, as before.
+    fine = pod_group({**MODEL, api.GANG_SIZE: "lots"}, owners=[owner])
+    assert patched(fine, admit(review(fine), CTX).review)["metadata"]["annotations"][api.GANG_SIZE] == "2"

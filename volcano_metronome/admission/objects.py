@@ -84,7 +84,13 @@ def admit_pod_group(obj: Mapping[str, Any], namespace: str, ctx: Context) -> Out
         return UNMANAGED
     size = inherited_size(annotations, api.GANG_SIZE) if created_by_controller(obj) else None
     if size is None:
-        size = pod_group_size(spec)
+        try:
+            size = pod_group_size(spec)
+        except InvalidInput as exc:
+            if created_by_controller(obj) and api.GANG_SIZE in annotations:  # say why the inherited size was not used
+                raise InvalidInput(api.GANG_SIZE, annotations[api.GANG_SIZE], f"a gang size of ASCII digits in [1, "
+                                   f"2147483647] (else {exc.field} {exc.expected}, got {exc.value!r})") from None
+            raise
     ops = set_entries(obj, ANNOTATIONS, profile_entries(resolved, size))
     ops += tier_limit_ops(obj, ("spec",), resolved.profile, size, ctx.settings.tier_limit)
     return Outcome(tuple(ops))
@@ -139,5 +145,5 @@ def _items(spec: Mapping[str, Any], key: str, where: str) -> list[Any]:
     if value is None:
         return []
     if not isinstance(value, list):
-        raise InvalidInput(where, type(value).__name__, "a list")
+        raise InvalidInput(where, value, "a list")
     return value

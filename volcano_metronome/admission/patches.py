@@ -67,16 +67,16 @@ def _checked_mapping_at(doc: Any, path: Path) -> Mapping[str, Any] | None:
     for depth, segment in enumerate(path):
         if isinstance(segment, int):
             if not isinstance(node, list) or not 0 <= segment < len(node):
-                raise InvalidInput(describe(path[:depth]) or "object", _kind(node), f"a list with an item {segment}")
+                raise InvalidInput(describe(path[:depth]) or "object", node, f"a list with an item {segment}")
             node = node[segment]
         else:
             if not isinstance(node, dict):
-                raise InvalidInput(describe(path[:depth]) or "object", _kind(node), "a mapping")
+                raise InvalidInput(describe(path[:depth]) or "object", node, "a mapping")
             if node.get(segment) is None:
                 return None
             node = node[segment]
     if not isinstance(node, dict):
-        raise InvalidInput(describe(path) or "object", _kind(node), "a mapping")
+        raise InvalidInput(describe(path) or "object", node, "a mapping")
     return node
 
 
@@ -89,7 +89,7 @@ def list_at(doc: Any, path: Path) -> list[Any] | None:
     if value is None:
         return None
     if not isinstance(value, list):
-        raise InvalidInput(describe(path), _kind(value), "a list")
+        raise InvalidInput(describe(path), value, "a list")
     return value
 
 
@@ -178,7 +178,3 @@ def _safe_key(key: Callable[[Any], Any], item: Any) -> Any:
     except (KeyError, TypeError, AttributeError):
         return None
 
-
-def _kind(value: Any) -> str:
-    """A short description of a value that is the wrong shape (never the whole value: it may be huge)."""
-    return "null" if value is None else type(value).__name__

@@ -185,7 +185,7 @@ def admit_pod(pod: Mapping[str, Any], namespace: str, ctx: Context) -> Outcome:
         containers = list_at(pod, ("spec", key))
         for i, container in enumerate(containers or ()):
             if not isinstance(container, dict):
-                raise InvalidInput(f"spec.{key}[{i}]", type(container).__name__, "a container mapping")
+                raise InvalidInput(f"spec.{key}[{i}]", container, "a container mapping")
             ops += ensure_all_in_list(pod, ("spec", key, i, "env"), env_vars(), lambda var: var["name"])
     slot, warnings = slot_ops(pod)
     return Outcome(tuple(ops + slot), tuple(warnings))

@@ -91,7 +91,7 @@ def admit(body: Any, ctx: Context) -> Result:
 def parse_request(body: Any) -> Request:
     """The request inside an ``admission.k8s.io/v1`` AdmissionReview, checked field by field."""
     if not isinstance(body, dict):
-        raise InvalidInput("body", type(body).__name__, "an AdmissionReview JSON object")
+        raise InvalidInput("body", body, "an AdmissionReview JSON object")
     if body.get("apiVersion") != REVIEW_API_VERSION or body.get("kind") != "AdmissionReview":
         raise InvalidInput("apiVersion/kind", f"{body.get('apiVersion')!r}/{body.get('kind')!r}",
                            f"{REVIEW_API_VERSION}/AdmissionReview")
@@ -120,7 +120,7 @@ def parse_request(body: Any) -> Request:
             raise InvalidInput(f"request.{key}", value, "a string" if expected is str else "true or false")
     obj = request.get("object")
     if operation == "CREATE" and not sub_resource and not isinstance(obj, dict):
-        raise InvalidInput("request.object", type(obj).__name__, "the object being created")
+        raise InvalidInput("request.object", obj, "the object being created")
     return Request(uid=uid, group=group, version=version, kind=kind, operation=operation, namespace=namespace or "",
                    sub_resource=sub_resource or "", dry_run=dry_run, obj=obj)
 

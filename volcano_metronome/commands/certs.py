@@ -93,6 +93,8 @@ def _check(args: argparse.Namespace) -> None:
     fields.dns_label(args.namespace, "--namespace", "a namespace")
     if args.secret is not None:
         fields.dns_subdomain(args.secret, "--secret", "a Secret name")
+    if args.patch_webhook is not None:
+        fields.dns_subdomain(args.patch_webhook, "--patch-webhook", "a MutatingWebhookConfiguration name")
     if not args.out and not args.secret:
         raise InvalidInput("--out", args.out, "a directory to write the certificates into, or --secret NAME")
     if args.out and pathlib.Path(args.out).exists() and not pathlib.Path(args.out).is_dir():

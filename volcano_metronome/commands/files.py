@@ -52,6 +52,8 @@ def builtin_scenarios() -> dict[str, str]:
 
 def scenario_data(name_or_path: str) -> Any:
     """The YAML document of a scenario file, or of the built-in scenario of that name."""
+    if not name_or_path:
+        raise MetronomeError("cannot read '': an empty path names no file")
     path = pathlib.Path(name_or_path)
     if path.exists() or path.suffix in (".yaml", ".yml") and path.parent != pathlib.Path("."):
         return read_yaml(path)
