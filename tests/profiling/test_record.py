@@ -150,3 +150,10 @@ def test_a_refused_rate_leaves_the_trace_at_out_as_it_was(tmp_path, capsys):
     out.write_text("time_s,tx_bytes\n0,1\n")
     assert main(["profile", "record", "--interface", "lo", "--hz", "0", "--seconds", "1", "--out", str(out)]) == 2
     assert "--hz: got 0.0" in capsys.readouterr().err and out.read_text() == "time_s,tx_bytes\n0,1\n"
+
+
+@pytest.mark.parametrize("argv, message", [(["--bind-address", "nope"], "--bind-address: got 'nope', expected an IP"),
+                                           (["--metrics-port", "99999"], "--metrics-port: got 99999, expected a port")])
+def test_the_agent_refuses_a_bad_metrics_address_before_it_starts(argv, message, capsys):
+    assert main(["profile", "agent", "--interface", "lo", *argv]) == 2
+    assert message in capsys.readouterr().err

@@ -18,7 +18,8 @@ import signal
 import sys
 import threading
 
-from volcano_metronome.core.errors import MetronomeError
+from volcano_metronome.core import fields
+from volcano_metronome.core.errors import InvalidInput, MetronomeError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -129,6 +130,9 @@ def _agent(args: argparse.Namespace) -> int:
     from volcano_metronome import kube
     from volcano_metronome.agent.node import AgentConfig, run
 
+    if not 0 <= args.metrics_port <= 65535:
+        raise InvalidInput("--metrics-port", args.metrics_port, "a port in [0, 65535] (0: no metrics)")
+    fields.ip_address(args.bind_address, "--bind-address")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     cfg = AgentConfig(args.node, args.interface, args.hz, args.seconds, args.interval, args.runtime_dir,
                       args.runtime_max_age)
