@@ -112,7 +112,7 @@ def _decided(claim: Any, kind: str, name: str) -> tuple[tuple[str, ...], tuple[i
     try:
         period, offset = float(status.get("periodMs") or 0.0), float(status.get("offsetMs") or 0.0)
         epoch, counts = int(status.get("epoch") or 0), tuple(int(m) for m in members)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         return None  # not as the controller writes it: the fallback will read it (and report it) instead
     if (not (math.isfinite(period) and math.isfinite(offset)) or period <= 0 or not 0 <= epoch < 2**63
             or not all(isinstance(n, str) and n for n in nodes)):

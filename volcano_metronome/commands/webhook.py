@@ -47,7 +47,8 @@ def run(args: argparse.Namespace) -> int:
         raise InvalidInput("--threads", args.threads, "a positive integer")
     fields.ip_address(args.host, "--host")
     if args.access_log not in ("-", "off") and pathlib.Path(args.access_log).is_dir():
-        raise InvalidInput("--access-log", args.access_log, "a file to append to, '-' for stdout or 'off' (this is a folder)")
+        raise InvalidInput("--access-log", args.access_log,
+                           "a file to append to, '-' for stdout or 'off' (this is a folder)")
     try:
         settings = parse_settings(read_yaml(args.config) if args.config is not None else None)
     except InvalidInput as exc:

@@ -116,10 +116,9 @@ def parse(data: Any, base: Settings | None = None) -> Settings:
         raise InvalidInput("gpuResource", data["gpuResource"], "an extended resource name, e.g. nvidia.com/gpu")
     if "namespace" in data:
         out["namespace"] = fields.dns_label(data["namespace"], "namespace", "a namespace")
-    if data.get("watchNamespace"):  # "" watches every namespace
-        out["watch_namespace"] = fields.dns_label(data["watchNamespace"], "watchNamespace", "a namespace")
-    elif "watchNamespace" in data:
-        out["watch_namespace"] = fields.string(data["watchNamespace"], "watchNamespace", allow_empty=True)
+    if "watchNamespace" in data:  # "" watches every namespace
+        watch = fields.string(data["watchNamespace"], "watchNamespace", allow_empty=True)
+        out["watch_namespace"] = fields.dns_label(watch, "watchNamespace", "a namespace") if watch else ""
     if "bindAddress" in data:
         out["bind_address"] = fields.ip_address(data["bindAddress"], "bindAddress")
     if "defaultCapacities" in data:
@@ -174,14 +173,14 @@ def _capacities(data: Any, base: DefaultCapacities) -> DefaultCapacities:
 
 def _leader(data: Any, base: LeaderElection) -> LeaderElection:
     fields.mapping(data, "leaderElection", _LEADER)
+    namespace = fields.string(data.get("leaseNamespace", base.lease_namespace), "leaderElection.leaseNamespace",
+                              allow_empty=True)  # "": the controller's own
     out = dataclasses.replace(
         base,
         enabled=fields.boolean(data.get("enabled", base.enabled), "leaderElection.enabled"),
         lease_name=fields.dns_subdomain(data.get("leaseName", base.lease_name), "leaderElection.leaseName",
                                         "a Lease name"),
-        lease_namespace=fields.dns_label(data["leaseNamespace"], "leaderElection.leaseNamespace", "a namespace")
-        if data.get("leaseNamespace") else fields.string(data.get("leaseNamespace", base.lease_namespace),
-                                                         "leaderElection.leaseNamespace", allow_empty=True),
+        lease_namespace=fields.dns_label(namespace, "leaderElection.leaseNamespace", "a namespace") if namespace else "",
         lease_duration_s=fields.number(data.get("leaseDurationSeconds", base.lease_duration_s),
                                  "leaderElection.leaseDurationSeconds", minimum=1.0, maximum=3600.0),
         renew_deadline_s=fields.number(data.get("renewDeadlineSeconds", base.renew_deadline_s),

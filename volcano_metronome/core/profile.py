@@ -121,8 +121,9 @@ class Profile:
             raise InvalidInput(f"{field}.duty_cycle", duty_cycle, "a number in (0, 1]")
         length = period_ms * duty_cycle
         if period_ms > 0 and length < 1e-3:  # a window under a microsecond vanishes when placed against the period
-            raise InvalidInput(f"{field}.duty_cycle", duty_cycle, f"a number in (0, 1] whose window lasts 1 us or more "
-                                                                  f"(here {length:.3g} ms of the {period_ms:g} ms period)")
+            raise InvalidInput(f"{field}.duty_cycle", duty_cycle,
+                               f"a number in (0, 1] whose window lasts 1 us or more (here {length:.3g} ms of the "
+                               f"{period_ms:g} ms period)")
         return cls(period_ms, (Window(period_ms - length, length, gbps),), jitter_ms)
 
 

@@ -60,7 +60,7 @@ Reason = Literal["too-short", "too-coarse", "aperiodic", "gap", "too-long", "imp
 
 @dataclass(frozen=True)
 class Refusal:
-    """Why the trace gives no profile: ``reason`` is one of ``Reason`` (see the module docstring; no-rate: the runtime's)."""
+    """Why the trace gives no profile: ``reason`` is one of ``Reason`` (the module docstring says when)."""
 
     reason: Reason
     detail: str
@@ -242,7 +242,8 @@ def _profile(found: list[Burst], bins: int, period_ms: float, jitter_ms: float) 
     windows = []
     for b in found[last + 1:] + found[: last + 1]:
         start = round(((b.start - origin) % bins) * scale, 1)
-        windows.append([start, round(b.length * scale, 1), float(f"{min(b.gbps, MAX_GBPS):.4g}")])  # 4 digits may round up
+        # ``fit`` refused faster bursts; four digits may still round one up past the bound.
+        windows.append([start, round(b.length * scale, 1), float(f"{min(b.gbps, MAX_GBPS):.4g}")])
     # Rounding may push an edge past its neighbour or the period's end by a tenth of a millisecond.
     for i, w in enumerate(windows):
         end = windows[i + 1][0] if i + 1 < len(windows) else period

@@ -19,6 +19,7 @@ Parsing is pure and every error names the field, the value and what was expected
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, replace
 from typing import Any, Mapping
 
@@ -170,7 +171,8 @@ def _told(profile: Profile, execution: Execution, scenario: Scenario, field: str
     try:
         told = measured(profile, execution.noise_cv)
     except InvalidInput as exc:
-        raise InvalidInput(field, value, f"a job whose measured profile under {noise} is valid; there its {exc}") from None
+        raise InvalidInput(field, value,
+                           f"a job whose measured profile under {noise} is valid; there its {exc}") from None
     cap = scenario.grid.max_hyperperiod_ms
     if told.period_ms > cap:
         raise InvalidInput(field, value, f"a job whose measured period under {noise} ({told.period_ms:g} ms) is at "
@@ -180,7 +182,7 @@ def _told(profile: Profile, execution: Execution, scenario: Scenario, field: str
 def _generated_name(name: str, gen: Generate) -> bool:
     """Whether ``generate:`` could give one of its jobs ``name`` (``draw`` names them MODEL-NNNN)."""
     model, _, number = name.rpartition("-")
-    return (any(model == m for m, _ in gen.mix) and number.isdigit() and len(number) >= 4
+    return (any(model == m for m, _ in gen.mix) and re.fullmatch(r"[0-9]{4,6}", number) is not None
             and int(number) < gen.count and number == f"{int(number):04d}")
 
 
@@ -222,14 +224,16 @@ def parse_generate(data: Any, scenario: Scenario, execution: Execution = Executi
     for name, _ in mix:
         scenario.catalog.get(name, f"generate.mix.{name}")
         if name.lower() in seen:  # the catalog's names are case-insensitive
-            raise InvalidInput(f"generate.mix.{name}", name, f"a model not already in the mix (as {seen[name.lower()]})")
+            raise InvalidInput(f"generate.mix.{name}", name,
+                               f"a model not already in the mix (as {seen[name.lower()]})")
         seen[name.lower()] = name
     shapes = _shapes(data, scenario)
     for name, _ in mix:
         for gpus in sorted({g for (_, g), _ in shapes}):
             field = f"generate.mix.{name}"
-            _told(model_profile(scenario.topology, scenario.catalog, scenario.grid, name, gpus, field, execution.overlap),
-                  execution, scenario, field, name)
+            profile = model_profile(scenario.topology, scenario.catalog, scenario.grid, name, gpus, field,
+                                    execution.overlap)
+            _told(profile, execution, scenario, field, name)
     iterations = data.get("iterations", [100, 100])
     if not (isinstance(iterations, list) and len(iterations) == 2):
         raise InvalidInput("generate.iterations", iterations, "a range [min, max] of whole iterations")
@@ -299,7 +303,8 @@ def _shapes(data: Mapping[str, Any], scenario: Scenario) -> tuple[tuple[tuple[in
     gpus = fields.integer(data.get("gpus_per_worker", 1), "generate.gpus_per_worker", 0)
     raw_workers = data.get("workers")
     if isinstance(raw_workers, list):
-        raw_workers = {fields.integer(w, f"generate.workers[{i}]", 1, MAX_WORKERS): 1 for i, w in enumerate(raw_workers)}
+        raw_workers = {fields.integer(w, f"generate.workers[{i}]", 1, MAX_WORKERS): 1
+                       for i, w in enumerate(raw_workers)}
     choices = _weights(raw_workers, "generate.workers", int)
     for w, _ in choices:
         fields.integer(w, f"generate.workers.{w}", 1, MAX_WORKERS)
