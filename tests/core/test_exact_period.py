@@ -26,6 +26,16 @@ def placed_alone(first: Gang) -> Snapshot:
     return snap
 
 
+def locked_beside_a(snap: Snapshot, b: Gang) -> tuple[Decision, dict[str, tuple[int, bool]]]:
+    """``b`` decided beside the free gang ``a``, which it must lock; committed, both clean. The decision, and
+    each gang's period (slots) and whether it is locked."""
+    d = decide(snap, b, POLICY)
+    assert isinstance(d, Decision) and d.locked and d.locks == ("a",)
+    commit(snap, b, d)
+    assert snap.clean("a") and snap.clean("b")
+    return d, {u: (p.pattern.slots, p.locked) for u, p in snap.placed.items()}
+
+
 def test_exact_is_the_slot_ceiling_and_off_the_grid():
     grid = SlotGrid()
     assert grid.exact(245.7).slots == 50 and grid.snap(245.7).slots == 56  # measured vgg11 at 100 Gbps
@@ -61,13 +71,10 @@ def test_gangs_whose_exact_periods_nearly_divide_lock_at_commensurate_periods():
     # (7.5 % longer, within STRETCH) is twice 250: the free neighbour is re-laid at its exact 250 ms, and both lock.
     snap = placed_alone(gang("a", 2, 5, period=250.0, start=150.0, length=100.0))
     assert snap.placed["a"].pattern.slots == 56 and not snap.placed["a"].locked  # alone: free, on the grid
-    b = gang("b", 2, 3, period=465.0, start=365.0, length=100.0)
-    d = decide(snap, b, POLICY)
-    assert isinstance(d, Decision) and d.locked and d.locks == ("a",) and d.feasible
+    d, placed = locked_beside_a(snap, gang("b", 2, 3, period=465.0, start=365.0, length=100.0))
+    assert d.feasible
     assert d.period_ms == 500.0 and d.periods == (("a", 250.0),) and d.padding_ms < d.free_delay_ms
-    commit(snap, b, d)
-    assert {u: (p.pattern.slots, p.locked) for u, p in snap.placed.items()} == {"a": (50, True), "b": (100, True)}
-    assert snap.clean("a") and snap.clean("b")
+    assert placed == {"a": (50, True), "b": (100, True)}
 
 
 def test_no_commensurate_lock_where_no_multiple_is_within_the_stretch():
@@ -165,13 +172,9 @@ def test_identical_gangs_whose_bursts_overfill_the_period_by_a_slot_lock_a_littl
     # interleave, which costs far less than the collisions of two bursts of half a period at a random phase.
     snap = placed_alone(gang("a", 2, 5, period=180.0, start=80.0, length=91.0))
     assert snap.placed["a"].pattern.slots == 36 and not snap.placed["a"].locked
-    b = gang("b", 2, 3, period=180.0, start=80.0, length=91.0)
-    d = decide(snap, b, POLICY)
-    assert isinstance(d, Decision) and d.locked and d.locks == ("a",)
+    d, placed = locked_beside_a(snap, gang("b", 2, 3, period=180.0, start=80.0, length=91.0))
     assert d.period_ms == 190.0 and d.periods == (("a", 190.0),) and 0.0 < d.padding_ms < d.free_delay_ms
-    commit(snap, b, d)
-    assert {u: (p.pattern.slots, p.locked) for u, p in snap.placed.items()} == {"a": (38, True), "b": (38, True)}
-    assert snap.clean("a") and snap.clean("b")
+    assert placed == {"a": (38, True), "b": (38, True)}
 
 
 def test_bursts_that_would_need_a_period_much_longer_than_their_own_run_free():

@@ -19,11 +19,10 @@ from typing import Any
 
 from volcano_metronome import api
 from volcano_metronome.catalog import Catalog
+from volcano_metronome.core import fields
 from volcano_metronome.core.errors import InvalidInput
 from volcano_metronome.core.profile import COLLECTIVES, RING, Profile
 
-# ASCII digits only: \d would also match e.g. full-width "２００", which float() accepts.
-_NUMBER = re.compile(r"[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?", re.ASCII)
 # A Kubernetes object name (DNS-1123 subdomain): what an STBandwidthClaim may be called.
 _NAME = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")
 WINDOWS_FORM = 'a JSON list of {"start_ms", "len_ms", "gbps"}, e.g. [{"start_ms": 176, "len_ms": 24, "gbps": 80}]'
@@ -159,7 +158,7 @@ def _only(present: Mapping[str, str], allowed: set[str], at: str, expected: str)
 
 def _number(present: Mapping[str, str], key: str, at: str, expected: str) -> float:
     text = present[key].strip(" \t\n\r")
-    if not _NUMBER.fullmatch(text):
+    if not fields.DECIMAL.fullmatch(text):
         raise InvalidInput(at + key, present[key], expected)
     value = float(text)
     if value != value or value in (float("inf"), float("-inf")):
@@ -199,13 +198,13 @@ _DUTY_FORM_FIELDS = (("profile.period_ms", api.PERIOD_MS), ("profile.jitter_ms",
 _MODEL_FORM_FIELDS = (("profile.jitter_ms", api.JITTER_MS),)
 
 
-def _renamed(exc: InvalidInput, at: str, fields: tuple[tuple[str, str], ...],
+def _renamed(exc: InvalidInput, at: str, sources: tuple[tuple[str, str], ...],
              present: Mapping[str, str]) -> InvalidInput:
     """``exc`` with the core's field name replaced by the annotation key the value came from (and, for a
     single-number annotation, the value as the user wrote it)."""
     if at and exc.field.startswith(at):
         return exc
-    for core_name, key in fields:
+    for core_name, key in sources:
         if exc.field.startswith(core_name):
             if key == api.WINDOWS:
                 return InvalidInput(at + key + exc.field[len(core_name):], exc.value, exc.expected)

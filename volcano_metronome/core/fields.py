@@ -16,6 +16,8 @@ from volcano_metronome.core.errors import InvalidInput
 #: What YAML 1.1 reads as text though it looks like a number: an exponent without a dot or without a sign
 #: (1.0e12, 1e+12, 1E-3); a float there needs both (1.0e+12).
 _TEXT_EXPONENT = re.compile(r"^[-+]?([0-9]+\.?[0-9]*|\.[0-9]+)[eE][-+]?[0-9]+$")
+#: A decimal number as text, ASCII only: ``float`` also takes "1_0", "nan", "inf" and full-width digits ("２００").
+DECIMAL = re.compile(r"[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]+)?")
 #: Kubernetes names: a DNS-1123 label (namespaces, Services) and a DNS-1123 subdomain (most objects).
 _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 _DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")

@@ -15,12 +15,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from volcano_metronome.core import fields
 from volcano_metronome.core.errors import InvalidInput
 
 HEADER = "time_s,tx_bytes"
 COLUMNS = ("time_s", "tx_bytes")
 _COUNT = re.compile(r"[0-9]{1,20}")  # ASCII digits, at most a 64-bit counter's 20
-_SECONDS = re.compile(r"[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]+)?")
 _BITS_PER_BYTE = 8.0
 
 
@@ -113,7 +113,7 @@ def uniform(trace: Trace) -> Rate:
 
 
 def _time(text: str, field: str) -> float:
-    if not _SECONDS.fullmatch(text):  # float() also takes "1_0", "nan" and full-width digits
+    if not fields.DECIMAL.fullmatch(text):
         raise InvalidInput(field, text, "a number of seconds such as 0.001")
     value = float(text)
     if not math.isfinite(value):
