@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from volcano_metronome.core.profile import Profile, Window
 from volcano_metronome.scenario import JobSpec, parse
+from volcano_metronome.sim.engine import Engine
 from volcano_metronome.sim.policies import POLICIES, Context, SimPolicy, make, parse_names
-from volcano_metronome.sim.workload import SimScenario
+from volcano_metronome.sim.policies.common import placeable
+from volcano_metronome.sim.workload import SimScenario, parse_sim
 from volcano_metronome.core.errors import InvalidInput
 
 PROFILE = Profile(200.0, (Window(100.0, 50.0, 80.0),), 0.0)
@@ -231,3 +237,61 @@ def test_metronome_free_places_like_metronome_but_publishes_no_phase() -> None:
     ours.schedule(1.0, [])
     free.schedule(1.0, [])
     assert free.shifts() == []
+
+
+def _room_now(free: np.ndarray, spec: JobSpec) -> bool:
+    """The obvious check, made afresh: do the free GPUs hold every worker?"""
+    return spec.gpus_per_worker == 0 or int((np.maximum(free, 0) // spec.gpus_per_worker).sum()) >= spec.workers
+
+
+@settings(max_examples=200, deadline=None)
+@given(free=st.lists(st.integers(0, 8), min_size=1, max_size=6),
+       shapes=st.lists(st.tuples(st.integers(1, 12), st.sampled_from([0, 1, 2, 4, 8]), st.booleans()), max_size=30))
+def test_placeable_skips_exactly_the_gangs_with_no_room_as_they_come_up(
+        free: list[int], shapes: list[tuple[int, int, bool]]) -> None:
+    # A policy between the yields takes GPUs (free only shrinks within a cycle): the memo of shapes found
+    # without room must never skip a gang the free GPUs hold at its turn, nor offer one they do not.
+    gpus = np.array(free, dtype=np.int64)
+    jobs = [job(f"j{i}", workers, gpus=per) for i, (workers, per, _) in enumerate(shapes)]
+    take = {f"j{i}": taken for i, (_, _, taken) in enumerate(shapes)}
+    expected = []
+    offered = iter(placeable(jobs, gpus))
+    for spec in jobs:
+        if _room_now(gpus, spec):
+            expected.append(spec.name)
+            assert next(offered).name == spec.name
+            if take[spec.name] and spec.gpus_per_worker:
+                left = spec.workers
+                for node in range(len(gpus)):  # first fit, as any placement: only shrinks free
+                    n = min(left, int(gpus[node]) // spec.gpus_per_worker)
+                    gpus[node] -= n * spec.gpus_per_worker
+                    left -= n
+    assert next(offered, None) is None
+
+
+@pytest.mark.parametrize("name", sorted(POLICIES))
+def test_skipping_gangs_without_room_changes_no_placement(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A long queue on a full cluster, mixed shapes and priorities: every job's start and end are those of
+    # a run that offers each policy the whole queue every cycle.
+    data = {"name": "queue", "topology": {"racks": 2, "nodes_per_rack": 2, "gpus_per_node": 4,
+                                          "nic_gbps": 100, "uplink_gbps": 100},
+            "generate": {"count": 60, "seed": 7, "arrival": {"process": "poisson", "rate_per_min": 600},
+                         "mix": {"vgg11": 1, "bert-base": 1},
+                         "shapes": [{"workers": 2, "gpus_per_worker": 1, "weight": 2},
+                                    {"workers": 3, "gpus_per_worker": 2, "weight": 1},
+                                    {"workers": 1, "gpus_per_worker": 4, "weight": 1},
+                                    {"workers": 6, "gpus_per_worker": 2, "weight": 1}],
+                         "iterations": [5, 40], "priorities": {0: 1, 10: 1}}}
+    sim = parse_sim(data)
+    jobs = sim.jobs(0)
+
+    def times() -> list[tuple[str, float, float]]:
+        run = Engine(sim, jobs, name, 0).run()
+        return [(j.spec.name, j.start_s, j.end_s) for j in run.jobs]
+
+    skipping = times()
+    for module in [m for n, m in sys.modules.items() if n.startswith("volcano_metronome.sim.policies.")]:
+        if hasattr(module, "placeable"):
+            monkeypatch.setattr(module, "placeable", lambda jobs, free: iter(jobs))
+    assert times() == skipping
+    assert max(start - j.arrival_s for j, (_, start, _) in zip(jobs, skipping)) > 30.0  # the queue was long

@@ -35,7 +35,7 @@ from volcano_metronome.core.traffic import loaded_links, scaled
 from volcano_metronome.scenario import JobSpec
 from volcano_metronome.sim.fluid import mirror_of
 from volcano_metronome.sim.policies import Context, Placement, SimPolicy
-from volcano_metronome.sim.policies.common import first_slot, queue_order, racks_of
+from volcano_metronome.sim.policies.common import first_slot, placeable, queue_order, racks_of
 from volcano_metronome.sim.policies.volcano_topology import lowest_tier
 
 
@@ -66,7 +66,7 @@ class Cassini(SimPolicy):
     def schedule(self, now: float, pending: Sequence[JobSpec]) -> list[Placement]:
         """Place pending gangs in the scenario's queue order (the host scheduler's)."""
         out = []
-        for job in queue_order(pending, self.ctx.scenario.policy, now):
+        for job in placeable(queue_order(pending, self.ctx.scenario.policy, now), self.snapshot.free_gpus):
             started = time.perf_counter()
             placed = self._decide(job, now)
             if placed is not None:  # as every policy: the decisions that placed a gang are timed

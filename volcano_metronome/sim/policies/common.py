@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from typing import Iterable, Iterator, Sequence
 
 import numpy as np
 
@@ -24,6 +24,26 @@ def queue_order(pending: Sequence[JobSpec], policy: Policy, now_s: float) -> lis
     """
     jobs = {job.name: job for job in pending}
     return [jobs[gang.uid] for gang in order([job.gang() for job in pending], policy, now_s)]
+
+
+def placeable(jobs: Iterable[JobSpec], free: np.ndarray) -> Iterator[JobSpec]:
+    """``jobs`` in turn, less those ``free`` (read as each comes up) has no room for.
+
+    Free GPUs only shrink within a cycle, so once a gang of ``w`` workers of ``g`` GPUs found no room,
+    no gang of ``g`` GPUs per worker and at least ``w`` workers will: on a full cluster a long queue
+    costs a cycle a pass over it, not a decision per queued gang. Every policy checks room first, so
+    what it decides is unchanged.
+    """
+    short: dict[int, int] = {}  # per GPUs per worker: the fewest workers found without room this cycle
+    for job in jobs:
+        per = job.gpus_per_worker
+        if per:
+            if job.workers >= short.get(per, job.workers + 1):
+                continue
+            if job.workers > int((np.maximum(free, 0) // per).sum()):
+                short[per] = job.workers
+                continue
+        yield job
 
 
 def first_slot(now_s: float, grid: SlotGrid, period_slots: int | None = None) -> int:

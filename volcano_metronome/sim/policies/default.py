@@ -16,7 +16,7 @@ import numpy as np
 
 from volcano_metronome.scenario import JobSpec
 from volcano_metronome.sim.policies import Context, Placement, SimPolicy
-from volcano_metronome.sim.policies.common import Gpus, queue_order, room
+from volcano_metronome.sim.policies.common import Gpus, placeable, queue_order, room
 
 
 class Default(SimPolicy):
@@ -32,7 +32,7 @@ class Default(SimPolicy):
     def schedule(self, now: float, pending: Sequence[JobSpec]) -> list[Placement]:
         """Place every pending gang that fits, in the scenario's queue order."""
         out = []
-        for job in queue_order(pending, self.ctx.scenario.policy, now):
+        for job in placeable(queue_order(pending, self.ctx.scenario.policy, now), self.gpus.free):
             started = time.perf_counter()
             placed = self._spread(job)
             if placed is not None:  # as every policy: the decisions that placed a gang are timed

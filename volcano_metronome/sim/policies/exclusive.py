@@ -19,7 +19,7 @@ import numpy as np
 from volcano_metronome.core.traffic import link_shares
 from volcano_metronome.scenario import JobSpec
 from volcano_metronome.sim.policies import Context, Placement, SimPolicy
-from volcano_metronome.sim.policies.common import Gpus, queue_order, racks_of, room
+from volcano_metronome.sim.policies.common import Gpus, placeable, queue_order, racks_of, room
 from volcano_metronome.sim.policies.volcano_topology import lowest_tier, per_rack, spanning
 
 
@@ -46,7 +46,7 @@ class Exclusive(SimPolicy):
     def schedule(self, now: float, pending: Sequence[JobSpec]) -> list[Placement]:
         """Admit every pending gang whose peak fits, in the scenario's queue order."""
         out = []
-        for job in queue_order(pending, self.ctx.scenario.policy, now):
+        for job in placeable(queue_order(pending, self.ctx.scenario.policy, now), self.gpus.free):
             started = time.perf_counter()
             found = self._admit(job)
             if found is not None:  # as every policy: the decisions that placed a gang are timed

@@ -1,6 +1,6 @@
 """``metronome``: the product's own scheduling core, exactly as the controller drives it.
 
-Per cycle: the pending gangs in the QueuePolicy's order (``core.ordering.order``: priority, aging,
+Per cycle: the pending gangs with room, in the QueuePolicy's order (``core.ordering.order``: priority, aging,
 FIFO), each decided by ``core.decision.decide`` against the live ``core.snapshot.Snapshot`` and
 assumed with ``core.cycle.commit`` (this is ``core.cycle.schedule`` unrolled so that each decision is
 timed on its own). Then, if the links touched by this cycle's placements or by departures since the
@@ -30,13 +30,11 @@ import numpy as np
 
 from volcano_metronome.core.cycle import commit
 from volcano_metronome.core.decision import Decision, decide
-from volcano_metronome.core.model import Gang
-from volcano_metronome.core.ordering import order
 from volcano_metronome.core.reoptimize import reoptimise
 from volcano_metronome.core.snapshot import Snapshot
 from volcano_metronome.scenario import JobSpec
 from volcano_metronome.sim.policies import Context, Placement, SimPolicy
-from volcano_metronome.sim.policies.common import first_slot
+from volcano_metronome.sim.policies.common import first_slot, placeable, queue_order
 
 #: Bounds of one re-optimisation (gangs moved, passes over the unfrozen gangs).
 MAX_MOVES = 8
@@ -56,7 +54,6 @@ class Metronome(SimPolicy):
         self.policy = scenario.policy
         self.snapshot = Snapshot(topo, scenario.grid, np.full(len(topo.nodes), scenario.topology.gpus_per_node))
         self.capacity = topo.capacity_mbps
-        self.gangs: dict[str, Gang] = {}
         self.links_of: dict[str, np.ndarray] = {}
         self.on_link: dict[int, set[str]] = {}
         self.dirty: set[int] = set()
@@ -74,9 +71,9 @@ class Metronome(SimPolicy):
 
     def schedule(self, now: float, pending: Sequence[JobSpec]) -> list[Placement]:
         """One scheduling cycle over the pending gangs, then bounded re-optimisation."""
-        gangs = [self._gang(job) for job in pending]
         out = []
-        for gang in order(gangs, self.policy, now):
+        for job in placeable(queue_order(pending, self.policy, now), self.snapshot.free_gpus):
+            gang = job.gang()
             started = time.perf_counter()
             # The absolute slot: right whichever period (grid, local or exact snap) the gang gets.
             earliest = first_slot(now, self.snapshot.grid)
@@ -119,7 +116,6 @@ class Metronome(SimPolicy):
             self.on_link[link].discard(uid)
         self.dirty.update(links.tolist())
         self.departed = True
-        del self.gangs[uid]
 
     def shifts(self) -> list[tuple[str, float | None]]:
         """Offsets published since the last call: moves, locks (a number) and unlocks (None)."""
@@ -135,12 +131,6 @@ class Metronome(SimPolicy):
         """Whether the gang is locked at a period off the grid (its exact period: ``core.decision._exact``)."""
         grid = self.snapshot.grid
         return result.locked and grid.max_hyperperiod_slots % int(round(result.period_ms / grid.slot_ms)) != 0
-
-    def _gang(self, job: JobSpec) -> Gang:
-        gang = self.gangs.get(job.name)
-        if gang is None:
-            gang = self.gangs[job.name] = job.gang()
-        return gang
 
     def _count(self, result: Decision, links: np.ndarray) -> None:
         self.counts["decisions"] += 1

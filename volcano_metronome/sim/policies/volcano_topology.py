@@ -17,7 +17,7 @@ import numpy as np
 
 from volcano_metronome.scenario import JobSpec
 from volcano_metronome.sim.policies import Context, Placement, SimPolicy
-from volcano_metronome.sim.policies.common import Gpus, binpack_order, fill, queue_order, racks_of, room, single_node
+from volcano_metronome.sim.policies.common import Gpus, binpack_order, fill, placeable, queue_order, racks_of, room, single_node
 
 
 def lowest_tier(free: np.ndarray, rack: np.ndarray, job: JobSpec,
@@ -73,7 +73,7 @@ class VolcanoTopology(SimPolicy):
     def schedule(self, now: float, pending: Sequence[JobSpec]) -> list[Placement]:
         """Place every pending gang that fits, in the scenario's queue order."""
         out = []
-        for job in queue_order(pending, self.ctx.scenario.policy, now):
+        for job in placeable(queue_order(pending, self.ctx.scenario.policy, now), self.gpus.free):
             started = time.perf_counter()
             found = lowest_tier(self.gpus.free, self.rack, job)
             if found:  # as every policy: the decisions that placed a gang are timed
