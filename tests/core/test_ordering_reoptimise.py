@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tests.core.builders import empty, gang, ring
 from volcano_metronome.core.model import Ordering, Policy
@@ -26,6 +28,32 @@ def test_aging_lets_a_long_waiting_gang_overtake():
     policy = Policy(ordering=Ordering.PRIORITY_WITH_AGING, aging_per_minute=0.5)
     assert [g.uid for g in order([new, old], policy, now_s=600.0)][0] == "old"  # 0 + 5 points beats 2 + 0.08
     assert [g.uid for g in order([new, old], policy, now_s=60.0)][0] == "new"
+
+
+def _reference_order(gangs, policy, now_s):
+    """The rule made afresh: highest effective priority (FIFO: none; aging: points per minute waited), then the
+    earliest created, then uid."""
+    def priority(g):
+        if policy.ordering is Ordering.FIFO:
+            return 0.0
+        if policy.ordering is Ordering.STRICT_PRIORITY:
+            return g.priority
+        return g.priority + policy.aging_per_minute * max(0.0, now_s - g.created_s) / 60.0
+    out = list(gangs)
+    for i in range(len(out)):  # selection sort: slow and obvious
+        best = min(range(i, len(out)), key=lambda j: (-priority(out[j]), out[j].created_s, out[j].uid))
+        out[i], out[best] = out[best], out[i]
+    return out
+
+
+@settings(max_examples=200, deadline=None)
+@given(spec=st.lists(st.tuples(st.integers(-3, 3), st.integers(0, 20)), max_size=12),
+       ordering=st.sampled_from(list(Ordering)), aging=st.sampled_from([0.0, 0.5, 6.0]),
+       now=st.sampled_from([0.0, 60.0, 600.0]))
+def test_order_matches_the_obvious_rule(spec, ordering, aging, now):
+    gangs = [gang(f"g{i % 5}-{i}", priority=p, created=float(c)) for i, (p, c) in enumerate(spec)]
+    policy = Policy(ordering=ordering, aging_per_minute=aging)
+    assert [g.uid for g in order(gangs, policy, now)] == [g.uid for g in _reference_order(gangs, policy, now)]
 
 
 def place_cycle(n: int, duty_slots: int, period_slots: int):

@@ -9,7 +9,7 @@ import numpy as np
 
 from volcano_metronome.core.grid import SlotGrid
 from volcano_metronome.core.model import Policy
-from volcano_metronome.core.ordering import order
+from volcano_metronome.core.ordering import sort_key
 from volcano_metronome.core.topology import Topology
 from volcano_metronome.scenario import JobSpec
 
@@ -22,8 +22,8 @@ def queue_order(pending: Sequence[JobSpec], policy: Policy, now_s: float) -> lis
     from the scenario's ``policy`` (FIFO, StrictPriority, or PriorityWithAging with its aging), so
     the policies differ in placement and timing only.
     """
-    jobs = {job.name: job for job in pending}
-    return [jobs[gang.uid] for gang in order([job.gang() for job in pending], policy, now_s)]
+    key = sort_key(policy, now_s)
+    return sorted(pending, key=lambda job: key(job.gang()))
 
 
 def placeable(jobs: Iterable[JobSpec], free: np.ndarray) -> Iterator[JobSpec]:
