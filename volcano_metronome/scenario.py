@@ -15,7 +15,7 @@ from volcano_metronome.core import fields
 from volcano_metronome.core.errors import InvalidInput
 from volcano_metronome.core.grid import DEFAULT_SLOT_MS, SlotGrid
 from volcano_metronome.core.limits import MAX_HYPERPERIOD_SLOTS
-from volcano_metronome.core.model import Gang, Ordering, Policy
+from volcano_metronome.core.model import MAX_HOLD_S, Gang, Ordering, Policy
 from volcano_metronome.core.profile import Profile
 from volcano_metronome.core.topology import Topology, leaf_spine
 
@@ -204,9 +204,9 @@ def _gpu(value: Any) -> str | None:
 
 def parse_policy(data: Any, grid: SlotGrid) -> Policy:
     """Parse ``policy: {ordering, aging_per_minute, priority_weight, cushion_slots, overflow_tolerance, max_candidates,
-    lock_on_demand}``."""
+    lock_on_demand, max_hold_s}``."""
     keys = {"ordering", "aging_per_minute", "priority_weight", "cushion_slots", "overflow_tolerance", "max_candidates",
-            "lock_on_demand"}
+            "lock_on_demand", "max_hold_s"}
     fields.mapping(data, "policy", keys)
     defaults = Policy()
     ordering = fields.choice(data.get("ordering", defaults.ordering.value), "policy.ordering",
@@ -221,6 +221,8 @@ def parse_policy(data: Any, grid: SlotGrid) -> Policy:
                                          "policy.overflow_tolerance"),
         max_candidates=fields.integer(data.get("max_candidates", defaults.max_candidates), "policy.max_candidates", 1),
         lock_on_demand=fields.boolean(data.get("lock_on_demand", defaults.lock_on_demand), "policy.lock_on_demand"),
+        max_hold_s=fields.number(data.get("max_hold_s", defaults.max_hold_s), "policy.max_hold_s", minimum=0.0,
+                                 maximum=MAX_HOLD_S),
         grid=grid,
     )
 

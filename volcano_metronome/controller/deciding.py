@@ -21,6 +21,7 @@ from volcano_metronome.core.decision import Decision, NoFit
 from volcano_metronome.core.decision import decide as core_decide
 from volcano_metronome.core.errors import InvalidInput
 from volcano_metronome.core.grid import lay_out
+from volcano_metronome.core.holding import HELD, hold
 from volcano_metronome.core.model import Gang, Policy
 from volcano_metronome.core.ordering import order
 from volcano_metronome.core.reoptimize import Move, reoptimise
@@ -50,6 +51,9 @@ class Decided:
     seconds: Mapping[str, float] = field(default_factory=dict)  # how long each gang's decision took (with a clock)
     moved_by: Mapping[str, str] = field(default_factory=dict)
     periods: Mapping[str, float] = field(default_factory=dict)
+    # Gangs held back (``core.holding``): since when (the caller's clock), and when the first may wait no longer.
+    held: Mapping[str, float] = field(default_factory=dict)
+    hold_until: float | None = None
     # The snapshot the decisions were assumed into, for the re-optimisation pass of the same cycle.
     snapshot: Snapshot | None = field(default=None, compare=False, repr=False)
 
@@ -85,12 +89,16 @@ def core_policy(world: World, name: str, settings: Settings) -> Policy:
 
 
 def decide(world: World, settings: Settings, now_s: float, clock: Callable[[], float] | None = None,
-           base: tuple[Snapshot, list[str]] | None = None) -> Decided:
+           base: tuple[Snapshot, list[str]] | None = None, held: Mapping[str, float] | None = None) -> Decided:
     """Run the core over every pending gang, policy by policy (by name), on one shared snapshot.
 
     ``base``: the running gangs' snapshot when the caller keeps one (``controller.loads``); it is
-    changed in place. ``clock`` times each decision (``Decided.seconds``).
+    changed in place. ``clock`` times each decision (``Decided.seconds``). ``held``: the gangs held back
+    by earlier cycles and since when (``Decided.held`` of the last cycle).
     """
+    held = held or {}
+    still: dict[str, float] = {}
+    until: list[float] = []
     snap, warnings = base if base is not None else snapshot(world, settings)
     pending = world.pending_gangs()
     results: dict[str, Decision | NoFit] = {}
@@ -108,18 +116,26 @@ def decide(world: World, settings: Settings, now_s: float, clock: Callable[[], f
         pol = core_policy(world, name, settings)
         for gang in order(gangs, pol, now_s):
             t0 = clock() if clock is not None else 0.0
-            results[gang.uid] = _decide_one(snap, gang, pol)
+            since = held.get(gang.uid, now_s)
+            results[gang.uid] = result = _decide_one(snap, gang, pol, now_s - since)
+            if isinstance(result, NoFit) and result.reason.startswith(HELD):
+                still[gang.uid] = since
+                until.append(since + pol.max_hold_s)
             if clock is not None:
                 seconds[gang.uid] = clock() - t0
     locks, relocations, moved_by, periods = _locks(results, snap.grid.slot_ms)
-    return Decided(results, tuple(warnings), locks, relocations, seconds, moved_by, periods, snap)
+    return Decided(results, tuple(warnings), locks, relocations, seconds, moved_by, periods, still,
+                   min(until, default=None), snap)
 
 
-def _decide_one(snap: Snapshot, gang: Gang, pol: Policy) -> Decision | NoFit:
+def _decide_one(snap: Snapshot, gang: Gang, pol: Policy, held_s: float = 0.0) -> Decision | NoFit:
     """``core.cycle.schedule`` for one gang, isolated: whatever the core raises for this gang is this
-    gang's no-fit, never the cycle's failure (every other gang is still decided)."""
+    gang's no-fit, never the cycle's failure (every other gang is still decided). A decision
+    ``core.holding`` holds back (the gang held for ``held_s`` so far) is not assumed."""
     try:
         result = core_decide(snap, gang, pol)
+        if isinstance(result, Decision):
+            result = hold(snap, result, pol, held_s) or result
     except Exception as exc:  # noqa: BLE001 - one gang's bad input or a core bug must not stop the others
         return NoFit(gang.uid, f"{UNDECIDABLE_PREFIX}{type(exc).__name__}: {exc}")
     if isinstance(result, Decision):
@@ -196,6 +212,8 @@ def no_fit_category(reason: str) -> str:
         return "InsufficientGPUs"
     if text.startswith("priority protection"):
         return "PriorityProtection"
+    if reason.startswith(HELD):
+        return "HeldForContention"
     if "profile" in text:
         return "NoProfile"
     return "Other"

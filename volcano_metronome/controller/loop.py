@@ -3,7 +3,8 @@
 One cycle = read every store (merged with our own recent writes), observe, decide (the core),
 maybe re-optimise (moves, and unlocking gangs left with no contended link), plan, write. Cycles
 run when an informer reports a change (after a short debounce that batches bursts of events),
-after a failed write (with backoff), at the next pods-timeout deadline (``Plan.wake_at_s``), and every
+after a failed write (with backoff), at the next pods-timeout deadline (``Plan.wake_at_s``), when a
+gang held back (``core.holding``) may wait no longer (``Decided.hold_until``), and every
 ``resyncSeconds`` regardless. Re-optimisation runs per QueuePolicy every ``intervalSeconds`` when
 enabled, and for every such policy when the network changes; gangs no QueuePolicy governs get the
 built-in policy's pass (the CRD's defaults); and a policy one of whose gangs adopts or drops a
@@ -126,6 +127,7 @@ class Controller:
         self.last_world: World | None = None
         self._reported: dict[str, str] = {}  # gang key -> last no-fit reason announced by an Event
         self.wake_at: float | None = None  # clock() time of the next release of a claim whose pods did not come
+        self.held: dict[str, float] = {}  # gangs held back (core.holding): since when, by clock()
         # Keys the informers reported since the last cycle (CHANGE_TRACKED); the Observer reads only
         # those once every tracked store feeds :meth:`watcher` (else it walks every object).
         self._changes: dict[str, set[tuple[str | None, str]]] = {}
@@ -187,7 +189,7 @@ class Controller:
         plan = thought.plan
         outcome = self.writer.apply(plan) if plan.writes else Outcome()
         self._remember_reports(plan, outcome)
-        self.wake_at = plan.wake_at_s
+        self.wake_at = min((t for t in (plan.wake_at_s, thought.decided.hold_until) if t is not None), default=None)
         self._record(thought.world, plan, outcome, thought.decided.results, thought.decide_s,
                      self.monotonic() - started)
         profiledrift.record(thought.drift, self.metrics)
@@ -205,7 +207,8 @@ class Controller:
             log.warning("%s", warning)
         with self.loads.snapshot(world) as base:  # the running gangs' loads; this cycle's changes rolled back
             t0 = self.monotonic()
-            decided = deciding.decide(world, self.settings, now, self.monotonic, base)
+            decided = deciding.decide(world, self.settings, now, self.monotonic, base, self.held)
+            self.held = dict(decided.held)
             decide_s = self.monotonic() - t0
             for warning in decided.warnings:
                 log.warning("%s", warning)

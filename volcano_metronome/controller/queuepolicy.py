@@ -11,7 +11,7 @@ from volcano_metronome.controller import objects
 from volcano_metronome.core import fields
 from volcano_metronome.core.errors import InvalidInput
 from volcano_metronome.core.grid import SlotGrid
-from volcano_metronome.core.model import Ordering, Policy
+from volcano_metronome.core.model import MAX_HOLD_S, Ordering, Policy
 from volcano_metronome.core.profile import Profile
 from volcano_metronome.shapes.profiles import parse_profile
 
@@ -75,6 +75,7 @@ def _parse(obj: Mapping[str, Any], name: str, generation: int, grid: SlotGrid, n
         max_candidates=_int(spec, "maxCandidates", defaults.max_candidates, where, 1, 256),
         lock_on_demand=fields.boolean(spec.get("lockOnDemand", defaults.lock_on_demand),
                                       f"{where}.lockOnDemand"),
+        max_hold_s=float(_int(spec, "maxHoldSeconds", int(defaults.max_hold_s), where, 0, int(MAX_HOLD_S))),
         grid=grid,
     )
     reopt_raw = spec.get("reoptimization") or {}

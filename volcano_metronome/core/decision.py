@@ -210,7 +210,7 @@ def decide(snapshot: Snapshot, gang: Gang, policy: Policy, earliest: int = 0) ->
             continue
         if profile != gang.profile:
             result = dataclasses.replace(result, profile=profile)
-        rank = _per_slot(snapshot, result) + _throttle_per_slot(snapshot, gang.profile, result)
+        rank = cost_per_slot(snapshot, result) + _throttle_per_slot(snapshot, gang.profile, result)
         if best is None or rank < best[0] - 1e-12:
             best = (rank, result)
     # None fits as it would run: every node set planned with the declared profile, as before throttling was modelled.
@@ -218,7 +218,7 @@ def decide(snapshot: Snapshot, gang: Gang, policy: Policy, earliest: int = 0) ->
 
 
 def _throttle_per_slot(snapshot: Snapshot, declared: Profile, d: Decision) -> float:
-    """What a slow link adds to every iteration (ms), per slot of time, as ``_per_slot`` counts costs."""
+    """What a slow link adds to every iteration (ms), per slot of time, as ``cost_per_slot`` counts costs."""
     if d.profile is None:
         return 0.0
     return (d.profile.period_ms - declared.period_ms) / (d.period_ms / snapshot.grid.slot_ms)
@@ -268,12 +268,12 @@ def _decide_as(snapshot: Snapshot, gang: Gang, policy: Policy, earliest: int, fo
     settled = settled or _settle(snapshot, gang, best, policy, earliest)
     if policy.lock_on_demand and settled.expected_ms > 0:
         exact = _exact(snapshot, gang, [s for s in scored if not s.local], policy, earliest)
-        if exact is not None and exact[1] < _per_slot(snapshot, settled):
+        if exact is not None and exact[1] < cost_per_slot(snapshot, settled):
             return exact[0]
     return settled
 
 
-def _per_slot(snapshot: Snapshot, d: Decision) -> float:
+def cost_per_slot(snapshot: Snapshot, d: Decision) -> float:
     """A decision's expected cost (padding where locked, collisions where free) per slot of time: its figures
     are per ``lcm(hyperperiod, period)``, which differs between periods."""
     return d.expected_ms / math.lcm(snapshot.hyperperiod, int(round(d.period_ms / snapshot.grid.slot_ms)))
@@ -407,7 +407,7 @@ def _exact_at(snapshot: Snapshot, gang: Gang, fit: list[tuple[_Scored, dict[str,
     found, relaid = best
     with _relaid(snapshot, relaid):
         d = _settle(snapshot, gang, found, policy, earliest)
-        cost = _per_slot(snapshot, d)
+        cost = cost_per_slot(snapshot, d)
     if not d.locked:
         return None
     slot = snapshot.grid.slot_ms

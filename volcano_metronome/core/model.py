@@ -10,6 +10,9 @@ from volcano_metronome.core.grid import SlotGrid
 from volcano_metronome.core.profile import Profile
 from volcano_metronome.core.topology import Topology
 
+#: The longest ``Policy.max_hold_s``: an hour (a hold is a bounded wait, never admission control).
+MAX_HOLD_S = 3600.0
+
 
 @dataclass(frozen=True)
 class Gang:
@@ -98,6 +101,7 @@ class Policy:
     overflow_tolerance: float = 0.05  # share of a higher-priority gang's traffic on a link we may delay
     max_candidates: int = 8  # node sets scored per gang (see core.placement)
     lock_on_demand: bool = True  # a gang that shares no link runs free (no padding) until one does
+    max_hold_s: float = 60.0  # longest a gang is held back where every node set collides heavily (core.holding)
     grid: SlotGrid = field(default_factory=SlotGrid)
 
     def __post_init__(self) -> None:
@@ -115,3 +119,5 @@ class Policy:
             raise InvalidInput("policy.lock_on_demand", self.lock_on_demand, "true or false")
         if not (isinstance(self.max_candidates, int) and 1 <= self.max_candidates <= 256):
             raise InvalidInput("policy.max_candidates", self.max_candidates, "an integer in [1, 256]")
+        if not (isinstance(self.max_hold_s, (int, float)) and not isinstance(self.max_hold_s, bool) and 0.0 <= self.max_hold_s <= MAX_HOLD_S):
+            raise InvalidInput("policy.max_hold_s", self.max_hold_s, f"a number of seconds in [0, {MAX_HOLD_S:g}]")

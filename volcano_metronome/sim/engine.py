@@ -232,6 +232,8 @@ class Engine:
         for placement in self.policy.schedule(self.kernel.now, [j.spec for j in self.pending.values()]):
             job = self.pending.pop(placement.uid)
             self._start(job, placement.nodes, placement.members, placement.offset_ms, placement.period_ms)
+        for at in self.policy.wakeups():
+            self.kernel.at(at, self._queue_cycle, rank=SCHEDULING)
         for uid, period_ms in self.policy.periods():  # re-laid by a lock: its offset follows in the shifts
             job = self.by_name[uid]
             if len(job.links) and math.isnan(job.end_s):

@@ -45,8 +45,9 @@ from volcano_metronome.sim.engine import JobRun, RunResult
 
 BOTTLENECK_SHARE = 0.05
 
-#: metronome's lock-on-demand counts, summed over seeds like ``link_sharing_decisions``.
-LOCK_COUNTS = ("placed_unlocked", "placed_locked", "locks", "unlocks", "exact_locks")
+#: metronome's lock-on-demand counts and its gangs held back (``core.holding``), summed over seeds like
+#: ``link_sharing_decisions``.
+LOCK_COUNTS = ("placed_unlocked", "placed_locked", "locks", "unlocks", "exact_locks", "held_gangs")
 
 #: The issue's targets on cluster-256: (gain key, figure, comparison, threshold).
 TARGETS = (
@@ -373,7 +374,8 @@ def table(report: Mapping[str, Any]) -> str:
     if ours and ours.get("locks") is not None:
         lines.append(f"metronome lock on demand: {ours['placed_unlocked']} gangs placed running free, "
                      f"{ours['placed_locked']} locked ({ours.get('exact_locks', 0)} at their exact period, off the "
-                     f"grid); {ours['locks']} locks, {ours['unlocks']} unlocks (all seeds)")
+                     f"grid); {ours['locks']} locks, {ours['unlocks']} unlocks; {ours.get('held_gangs', 0)} gangs held "
+                     f"back where every node set collided heavily (all seeds)")
     if report.get("targets"):
         lines += ["", "targets (issue 2's were set for cluster-256; issue 12's no_harm for every scenario, "
                   "win_if_contended for contended ones; medians over seeds):"]

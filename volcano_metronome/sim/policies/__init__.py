@@ -93,6 +93,10 @@ class SimPolicy:
         """
         return []
 
+    def wakeups(self) -> list[float]:
+        """Times (s) at which a cycle must run although nothing arrives or ends (a held gang's last wait)."""
+        return []
+
     def finish(self) -> None:
         """The run is over: fill ``stats.extra`` with whatever the policy wants reported."""
 

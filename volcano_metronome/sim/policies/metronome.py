@@ -30,6 +30,7 @@ import numpy as np
 
 from volcano_metronome.core.cycle import commit
 from volcano_metronome.core.decision import Decision, decide
+from volcano_metronome.core.holding import hold
 from volcano_metronome.core.reoptimize import reoptimise
 from volcano_metronome.core.snapshot import Snapshot
 from volcano_metronome.scenario import JobSpec
@@ -60,11 +61,13 @@ class Metronome(SimPolicy):
         self.departed = False
         self._shifts: list[tuple[str, float | None]] = []
         self._periods: list[tuple[str, float]] = []
+        self._wakeups: list[float] = []
+        self.held_since: dict[str, float] = {}  # gangs held back (core.holding): since when
         self.reopt_ms: list[float] = []
         self.counts = {"decisions": 0, "sharing": 0, "sharing_zero_overflow": 0, "sharing_guarded_fit": 0,
                        "reoptimisations": 0, "moves": 0, "placed_unlocked": 0, "placed_locked": 0, "locks": 0,
                        "unlocks": 0, "relocations": 0,
-                       "exact_locks": 0}
+                       "exact_locks": 0, "held": 0}
         self.snapping: list[float] = []
         # For the TDM picture: per link, the most gangs ever on it at once and their phases then.
         self.crowd = self.stats.crowd
@@ -79,6 +82,14 @@ class Metronome(SimPolicy):
             earliest = first_slot(now, self.snapshot.grid)
             result = decide(self.snapshot, gang, self.policy, earliest=earliest)
             elapsed = (time.perf_counter() - started) * 1000.0
+            if isinstance(result, Decision):
+                held = hold(self.snapshot, result, self.policy, now - self.held_since.get(gang.uid, now))
+                if held is not None:
+                    self.counts["held"] += gang.uid not in self.held_since
+                    since = self.held_since.setdefault(gang.uid, now)
+                    self._wakeups.append(since + self.policy.max_hold_s)
+                    continue
+                self.held_since.pop(gang.uid, None)
             if not isinstance(result, Decision):
                 continue
             self.stats.decision_ms.append(elapsed)
@@ -125,6 +136,11 @@ class Metronome(SimPolicy):
     def periods(self) -> list[tuple[str, float]]:
         """New periods (ms) published since the last call: gangs a lock re-laid at a period in step with its decider's."""
         out, self._periods = self._periods, []
+        return out
+
+    def wakeups(self) -> list[float]:
+        """When the gangs held back since the last call may wait no longer."""
+        out, self._wakeups = self._wakeups, []
         return out
 
     def _off_grid(self, result: Decision) -> bool:
@@ -200,6 +216,7 @@ class Metronome(SimPolicy):
             "unlocks": c["unlocks"],
             "relocations": c["relocations"],
             "exact_locks": c["exact_locks"],
+            "held_gangs": c["held"],
         }
 
 
