@@ -58,12 +58,13 @@ def test_settings_errors_name_field_value_and_expectation(data: dict, field: str
 def test_queue_policy_maps_to_core_policy() -> None:
     grid = SlotGrid()
     view = queuepolicy.parse(b.queue_policy("p", volcanoQueues=["q1"], ordering="PriorityWithAging", agingPerMinute=2,
-                                       cushionSlots=1, overflowTolerance=0.1, maxCandidates=4,
+                                       cushionSlots=1, overflowTolerance=0.1, maxCandidates=4, maxHoldSeconds=0,
                                        defaultProfile={"periodMs": 100, "windows": [
                                            {"startMs": 0, "lenMs": 10, "gbps": 50}]},
                                        reoptimization={"enabled": False}), grid, 100.0)
     assert not view.error and view.volcano_queues == {"q1"}
     assert view.policy.ordering is Ordering.PRIORITY_WITH_AGING and view.policy.cushion_slots == 1
+    assert view.policy.max_hold_s == 0.0 and queuepolicy.parse(b.queue_policy("d"), grid, 100.0).policy.max_hold_s == 60.0
     assert view.default_profile is not None and view.default_profile.period_ms == 100
     assert not view.reoptimization.enabled
     bad = queuepolicy.parse(b.queue_policy("bad", ordering="Random"), grid, 100.0)
@@ -82,6 +83,8 @@ def test_queue_policy_maps_to_core_policy() -> None:
     ({"cushionSlots": 101}, "spec.cushionSlots"),
     ({"overflowTolerance": 1.5}, "spec.overflowTolerance"),
     ({"maxCandidates": 0}, "spec.maxCandidates"),
+    ({"maxHoldSeconds": 3601}, "spec.maxHoldSeconds"),
+    ({"maxHoldSeconds": -1}, "spec.maxHoldSeconds"),
     ({"reoptimization": {"enabled": "false"}}, "spec.reoptimization.enabled"),
     ({"reoptimization": {"intervalSeconds": 5}}, "spec.reoptimization.intervalSeconds"),
     ({"reoptimization": {"maxMovesPerCycle": 10001}}, "spec.reoptimization.maxMovesPerCycle"),

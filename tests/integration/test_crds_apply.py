@@ -122,7 +122,7 @@ def test_examples_are_accepted_and_defaulted(client: ApiClient, namespace: str, 
             assert profile_from_spec(stored["spec"]["profile"], "spec.profile").collective == collective
         if obj["kind"] == "QueuePolicy":
             assert stored["spec"]["ordering"] in ("StrictPriority", "FIFO", "PriorityWithAging")
-            assert {"reoptimization", "maxCandidates", "overflowTolerance"} <= set(stored["spec"])
+            assert {"reoptimization", "maxCandidates", "overflowTolerance", "maxHoldSeconds"} <= set(stored["spec"])
         if obj["kind"] == "STBandwidthCapacity":
             assert stored["spec"]["direction"] in ("Both", "Up", "Down")
         if status is not None:

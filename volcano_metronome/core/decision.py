@@ -23,6 +23,8 @@ by bandwidth, which Volcano's placement (the baseline) does not do either. Judge
 damage over all offsets instead, it would be held back more often than now (the mean is never below
 the least), waiting a whole job to spare another gang a share of its communication. Without lock on
 demand every gang is locked, so the tolerance decides admission (``NoFit`` when no offset meets it).
+The one wait with lock on demand is bounded and for heavy collisions only: ``core.holding``, applied by
+the caller to the decision returned here.
 
 Lock on demand (``Policy.lock_on_demand``): aligning bursts to a slot costs a gang the padding up
 to its snapped period, which buys nothing unless its bursts could collide with another gang's. A

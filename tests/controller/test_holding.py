@@ -1,0 +1,64 @@
+"""A gang held back against the in-memory API (core.holding): no claim of nodes while it waits, a
+HeldForContention no-fit, a wake-up when its hold runs out, and then its placement.
+
+The fabric of test_lock_on_demand: 3 nodes of 8 GPUs in one rack, gangs of 3 members of 4 GPUs; the
+second gang takes the node the first half fills and the free node, so the two share one NIC. Each sends
+at the NIC's 100 Gbps for 180 ms of every 200: sharing it, they collide at every phase.
+"""
+
+from __future__ import annotations
+
+from tests.controller import builders as b
+from tests.controller.fake import FakeApi
+from volcano_metronome import kube
+from volcano_metronome.controller import deciding
+from volcano_metronome.controller.loop import Controller
+from volcano_metronome.controller.settings import Settings
+from volcano_metronome.core.decision import NoFit
+from volcano_metronome.core.holding import HELD
+
+NS = "hold"
+NOW = 1_700_000_000.0
+PROFILE = {"period_ms": 200.0, "windows": [{"start_ms": 10, "len_ms": 180, "gbps": 100}], "jitter_ms": 0}
+
+
+def add_gang(f: FakeApi, name: str) -> None:
+    f.put(kube.PODGROUPS, b.podgroup(NS, name, 3, gpus=4, profile=PROFILE))
+    for p in b.gang_pods(NS, name, 3, gpus=4, profile=PROFILE):
+        f.put(kube.PODS, p)
+
+
+def claimed_nodes(f: FakeApi, gang: str) -> list[str]:
+    claim = f.obj(kube.CLAIMS, NS, f"podgroup-{gang}") or {}
+    return list((claim.get("status") or {}).get("nodes") or [])
+
+
+def test_a_gang_that_would_collide_at_every_phase_waits_then_is_placed_when_its_hold_runs_out() -> None:
+    f = FakeApi()
+    for i in range(3):
+        f.put(kube.NODES, b.node(f"n{i}", gpus=8, rack="r0"))
+    now = [NOW]
+    ctl = Controller(f, f.stores(), Settings(write_concurrency=4), identity="t", clock=lambda: now[0])
+    add_gang(f, "first")
+    ctl.cycle()
+    assert claimed_nodes(f, "first")
+
+    now[0] = NOW + 1.0
+    add_gang(f, "second")
+    ctl.cycle()
+    assert not claimed_nodes(f, "second")
+    held = [r for r in ctl.think().decided.results.values() if isinstance(r, NoFit) and r.reason.startswith(HELD)]
+    assert len(held) == 1 and deciding.no_fit_category(held[0].reason) == "HeldForContention"
+    assert ctl.held == {held[0].uid: NOW + 1.0}
+    assert ctl.wake_at == NOW + 61.0  # the loop wakes for it although nothing changes
+    notes = [e["note"] for e in f.events if e["reason"] == "NoFit"]
+    assert len(notes) == 1 and notes[0].endswith(held[0].reason)
+
+    now[0] = NOW + 30.0  # still held, since the same moment, and not announced again
+    ctl.cycle()
+    assert not claimed_nodes(f, "second") and ctl.held == {held[0].uid: NOW + 1.0}
+    assert len([e for e in f.events if e["reason"] == "NoFit"]) == 1
+
+    now[0] = NOW + 61.0
+    ctl.cycle()
+    assert claimed_nodes(f, "second") and ctl.held == {}

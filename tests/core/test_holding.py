@@ -1,0 +1,63 @@
+"""Holding a gang back where every node set it fits would collide heavily (core.holding)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from tests.core.builders import empty, gang, two_nodes
+from volcano_metronome.core.cycle import commit
+from volcano_metronome.core.decision import Decision, NoFit, decide
+from volcano_metronome.core.holding import HELD, HOLD_COST, collision_share, hold
+from volcano_metronome.core.model import Policy
+from volcano_metronome.core.snapshot import Snapshot
+
+POLICY = Policy()
+
+
+def beside_a_twin(burst_ms: float) -> tuple[Snapshot, Decision]:
+    """Gang b's decision on two nodes whose NICs gang a, its twin (a full-rate burst of ``burst_ms`` every 200 ms),
+    already loads: 3 GPUs a node, a takes 2 on each, so b's two 1-GPU members can only go one to a node."""
+    snap = empty(two_nodes(), 3)
+    a = gang("a", gpus=2, start=0.0, length=burst_ms)
+    first = decide(snap, a, POLICY)
+    assert isinstance(first, Decision)
+    commit(snap, a, first)
+    second = decide(snap, gang("b", gpus=1, start=0.0, length=burst_ms), POLICY)
+    assert isinstance(second, Decision) and len(second.nodes) == 2
+    return snap, second
+
+
+@pytest.mark.parametrize("burst_ms", [140.0, 160.0, 180.0, 195.0])
+def test_the_collision_share_is_both_sides_overlap_at_a_random_phase(burst_ms: float) -> None:
+    # Two full-rate bursts of L ms every P ms overlap L^2 / P ms a period on average over the phase; the overflow
+    # drains at the link's rate, and each collision delays both gangs: 2 L^2 / P^2 of the time.
+    snap, d = beside_a_twin(burst_ms)
+    assert not d.locked
+    assert collision_share(snap, d) == pytest.approx(2 * burst_ms ** 2 / 200.0 ** 2, rel=0.02)
+
+
+def test_a_gang_that_would_more_than_double_its_neighbours_time_waits_up_to_max_hold_seconds() -> None:
+    snap, d = beside_a_twin(180.0)  # 1.62 x the time in collisions
+    for held_s in (0.0, 59.9):
+        held = hold(snap, d, POLICY, held_s)
+        assert isinstance(held, NoFit) and held.uid == "b"
+        assert held.reason.startswith(HELD) and "1.62 x" in held.reason and "maxHoldSeconds (60 s)" in held.reason
+    assert hold(snap, d, POLICY, 60.0) is None  # waited long enough: placed where it fits
+    assert hold(snap, d, dataclasses.replace(POLICY, max_hold_s=0.0), 0.0) is None  # 0 never holds
+
+
+def test_lighter_collisions_locked_gangs_and_gangs_on_no_link_are_never_held() -> None:
+    snap, d = beside_a_twin(140.0)  # 0.98 x the time: below the threshold
+    assert collision_share(snap, d) < HOLD_COST and hold(snap, d, POLICY, 0.0) is None
+    snap, d = beside_a_twin(100.0)  # half the period: they interleave, b is locked
+    assert d.locked and collision_share(snap, d) == 0.0 and hold(snap, d, POLICY, 0.0) is None
+    alone = decide(empty(two_nodes(), 3), gang("c", gpus=1, start=0.0, length=195.0), POLICY)
+    assert isinstance(alone, Decision) and not alone.links and hold(snap, alone, POLICY, 0.0) is None
+
+
+@pytest.mark.parametrize("value", [-1.0, 3600.5, float("nan"), True])
+def test_max_hold_seconds_is_bounded(value: object) -> None:
+    with pytest.raises(Exception, match="max_hold_s"):
+        Policy(max_hold_s=value)  # type: ignore[arg-type]
