@@ -58,7 +58,8 @@ def test_settings_errors_name_field_value_and_expectation(data: dict, field: str
 def test_queue_policy_maps_to_core_policy() -> None:
     grid = SlotGrid()
     view = queuepolicy.parse(b.queue_policy("p", volcanoQueues=["q1"], ordering="PriorityWithAging", agingPerMinute=2,
-                                       cushionSlots=1, overflowTolerance=0.1, maxCandidates=4, maxHoldSeconds=0,
+                                       cushionSlots=1, overflowTolerance=0.1, maxCandidates=4,
+                                       maxHoldSeconds=0,
                                        defaultProfile={"periodMs": 100, "windows": [
                                            {"startMs": 0, "lenMs": 10, "gbps": 50}]},
                                        reoptimization={"enabled": False}), grid, 100.0)

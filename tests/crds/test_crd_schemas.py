@@ -20,7 +20,8 @@ SPEC_FIELDS = {
     "STBandwidthClaim": {"profile", "gangRef", "priority", "queuePolicy"},
     "STBandwidthCapacity": {"capacityGbps", "tier", "nodes", "nodeSelector", "direction"},
     "QueuePolicy": {"volcanoQueues", "kueueClusterQueues", "ordering", "agingPerMinute", "priorityWeight",
-                    "cushionSlots", "overflowTolerance", "maxCandidates", "lockOnDemand", "maxHoldSeconds", "defaultProfile",
+                    "cushionSlots", "overflowTolerance", "maxCandidates", "lockOnDemand", "maxHoldSeconds",
+                    "defaultProfile",
                     "reoptimization", "profilePolicy", "profileTolerance"},
 }
 STATUS_FIELDS = {

@@ -26,13 +26,15 @@ def scenario(c_iterations: int = 10) -> SimScenario:
     jobs = [{"name": "a", "workers": 2, "gpus_per_worker": 6, "iterations": 300, "profile": BUSY.to_dict()},
             {"name": "b", "arrival_s": 1.0, "workers": 2, "gpus_per_worker": 2, "iterations": 60,
              "profile": BUSY.to_dict()}]
-    jobs.append({"name": "c", "workers": 1, "gpus_per_worker": 8, "iterations": c_iterations, "profile": QUIET.to_dict()})
+    jobs.append({"name": "c", "workers": 1, "gpus_per_worker": 8, "iterations": c_iterations,
+                 "profile": QUIET.to_dict()})
     return parse_sim({"name": "hold", "topology": {"racks": 1, "nodes_per_rack": 3, "gpus_per_node": 8,
                                                    "nic_gbps": 20, "uplink_gbps": 100}, "jobs": jobs})
 
 
 def run(sim: SimScenario, policy: str = "metronome", max_hold_s: float = 60.0) -> dict[str, JobRun]:
-    scenario_ = dataclasses.replace(sim.scenario, policy=dataclasses.replace(sim.scenario.policy, max_hold_s=max_hold_s))
+    policy_ = dataclasses.replace(sim.scenario.policy, max_hold_s=max_hold_s)
+    scenario_ = dataclasses.replace(sim.scenario, policy=policy_)
     chosen = make(policy, Context(scenario_, scenario_.topology.build(), 0))
     result = Engine(sim, sim.jobs(0), chosen).run()
     return {j.spec.name: j for j in result.jobs}

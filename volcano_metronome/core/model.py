@@ -119,5 +119,6 @@ class Policy:
             raise InvalidInput("policy.lock_on_demand", self.lock_on_demand, "true or false")
         if not (isinstance(self.max_candidates, int) and 1 <= self.max_candidates <= 256):
             raise InvalidInput("policy.max_candidates", self.max_candidates, "an integer in [1, 256]")
-        if not (isinstance(self.max_hold_s, (int, float)) and not isinstance(self.max_hold_s, bool) and 0.0 <= self.max_hold_s <= MAX_HOLD_S):
+        hold = self.max_hold_s
+        if isinstance(hold, bool) or not (isinstance(hold, (int, float)) and 0.0 <= hold <= MAX_HOLD_S):
             raise InvalidInput("policy.max_hold_s", self.max_hold_s, f"a number of seconds in [0, {MAX_HOLD_S:g}]")

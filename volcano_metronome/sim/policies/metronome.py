@@ -1,9 +1,10 @@
 """``metronome``: the product's own scheduling core, exactly as the controller drives it.
 
-Per cycle: the pending gangs with room, in the QueuePolicy's order (``core.ordering.order``: priority, aging,
-FIFO), each decided by ``core.decision.decide`` against the live ``core.snapshot.Snapshot`` and
-assumed with ``core.cycle.commit`` (this is ``core.cycle.schedule`` unrolled so that each decision is
-timed on its own). Then, if the links touched by this cycle's placements or by departures since the
+Per cycle: the pending gangs with room (``common.placeable``), in the QueuePolicy's order
+(``core.ordering.order``: priority, aging, FIFO), each decided by ``core.decision.decide`` against the
+live ``core.snapshot.Snapshot``, held back where ``core.holding`` says so, else assumed with
+``core.cycle.commit`` (this is ``core.cycle.schedule`` unrolled so that each decision is timed on its
+own). Then, if the links touched by this cycle's placements or by departures since the
 last cycle carry overflow, ``core.reoptimize.reoptimise`` moves offsets of the gangs on those links
 (bounded moves and passes; every other gang is frozen). Completions call ``Snapshot.forget``.
 Decision and re-optimisation latencies are measured here with ``time.perf_counter`` (the core has
@@ -82,16 +83,15 @@ class Metronome(SimPolicy):
             earliest = first_slot(now, self.snapshot.grid)
             result = decide(self.snapshot, gang, self.policy, earliest=earliest)
             elapsed = (time.perf_counter() - started) * 1000.0
-            if isinstance(result, Decision):
-                held = hold(self.snapshot, result, self.policy, now - self.held_since.get(gang.uid, now))
-                if held is not None:
-                    self.counts["held"] += gang.uid not in self.held_since
-                    since = self.held_since.setdefault(gang.uid, now)
-                    self._wakeups.append(since + self.policy.max_hold_s)
-                    continue
-                self.held_since.pop(gang.uid, None)
             if not isinstance(result, Decision):
                 continue
+            if hold(self.snapshot, result, self.policy, now - self.held_since.get(gang.uid, now)) is not None:
+                if gang.uid not in self.held_since:  # first held: one wake-up when its wait runs out
+                    self.held_since[gang.uid] = now
+                    self._wakeups.append(now + self.policy.max_hold_s)
+                    self.counts["held"] += 1
+                continue
+            self.held_since.pop(gang.uid, None)
             self.stats.decision_ms.append(elapsed)
             index = self.snapshot.topology.link_index
             links = np.array([index[name] for name in result.links], dtype=np.int64)

@@ -17,7 +17,8 @@ import numpy as np
 
 from volcano_metronome.scenario import JobSpec
 from volcano_metronome.sim.policies import Context, Placement, SimPolicy
-from volcano_metronome.sim.policies.common import Gpus, binpack_order, fill, placeable, queue_order, racks_of, room, single_node
+from volcano_metronome.sim.policies.common import (Gpus, binpack_order, fill, placeable, queue_order, racks_of, room,
+                                                   single_node)
 
 
 def lowest_tier(free: np.ndarray, rack: np.ndarray, job: JobSpec,
