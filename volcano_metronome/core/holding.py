@@ -23,6 +23,8 @@ from volcano_metronome.core.snapshot import Snapshot
 HOLD_COST = 1.0
 #: How every hold's reason starts (``no_fit_category``: HeldForContention).
 HELD = "held back"
+#: Clock rounding (s): a wake-up at ``since + max_hold_s`` may compute ``now - since`` a hair short.
+_EPS = 1e-6
 
 
 def collision_share(snapshot: Snapshot, decision: Decision) -> float:
@@ -35,7 +37,7 @@ def collision_share(snapshot: Snapshot, decision: Decision) -> float:
 def hold(snapshot: Snapshot, decision: Decision, policy: Policy, held_s: float) -> NoFit | None:
     """Why ``decision`` waits instead (``held_s``: how long its gang has been held so far), or None: place it."""
     share = collision_share(snapshot, decision)
-    if share < HOLD_COST or held_s >= policy.max_hold_s:
+    if share < HOLD_COST or held_s + _EPS >= policy.max_hold_s:
         return None
     return NoFit(decision.uid, (
         f"{HELD}: its best node set would run free with expected collisions of {share:.2f} x the time "
