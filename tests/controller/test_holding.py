@@ -22,9 +22,9 @@ NOW = 1_700_000_000.0
 PROFILE = {"period_ms": 200.0, "windows": [{"start_ms": 10, "len_ms": 180, "gbps": 100}], "jitter_ms": 0}
 
 
-def add_gang(f: FakeApi, name: str) -> None:
-    f.put(kube.PODGROUPS, b.podgroup(NS, name, 3, gpus=4, profile=PROFILE))
-    for p in b.gang_pods(NS, name, 3, gpus=4, profile=PROFILE):
+def add_gang(f: FakeApi, name: str, profile: dict = PROFILE) -> None:
+    f.put(kube.PODGROUPS, b.podgroup(NS, name, 3, gpus=4, profile=profile))
+    for p in b.gang_pods(NS, name, 3, gpus=4, profile=profile):
         f.put(kube.PODS, p)
 
 
@@ -62,3 +62,27 @@ def test_a_gang_that_would_collide_at_every_phase_waits_then_is_placed_when_its_
     now[0] = NOW + 61.0
     ctl.cycle()
     assert claimed_nodes(f, "second") and ctl.held == {}
+
+
+def test_a_held_gang_keeps_its_first_hold_while_it_does_not_fit() -> None:
+    """The bound runs from the first hold, as in the simulator: a cycle in which the gang does not fit at all
+    neither restarts nor ends it."""
+    f = FakeApi()
+    for i in range(3):
+        f.put(kube.NODES, b.node(f"n{i}", gpus=8, rack="r0"))
+    now = [NOW]
+    ctl = Controller(f, f.stores(), Settings(write_concurrency=4), identity="t", clock=lambda: now[0])
+    add_gang(f, "first")
+    ctl.cycle()
+    now[0] = NOW + 1.0
+    add_gang(f, "second")
+    ctl.cycle()
+    (uid,) = ctl.held
+    # A light third gang takes every free GPU: the held one no longer fits, and keeps its hold's start.
+    add_gang(f, "light", {"period_ms": 200.0, "windows": [{"start_ms": 10, "len_ms": 10, "gbps": 10}], "jitter_ms": 0})
+    now[0] = NOW + 10.0
+    ctl.cycle()
+    assert claimed_nodes(f, "light")
+    decided = ctl.think().decided
+    assert decided.results[uid].reason.startswith("insufficient GPUs") and ctl.held == {uid: NOW + 1.0}
+    assert decided.hold_until is None  # nothing to wake for: it waits for room, like any gang

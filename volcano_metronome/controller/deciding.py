@@ -51,7 +51,8 @@ class Decided:
     seconds: Mapping[str, float] = field(default_factory=dict)  # how long each gang's decision took (with a clock)
     moved_by: Mapping[str, str] = field(default_factory=dict)
     periods: Mapping[str, float] = field(default_factory=dict)
-    # Gangs held back (``core.holding``): since when (the caller's clock), and when the first may wait no longer.
+    # Gangs held back (``core.holding``) and still pending: since when they were first held (the caller's clock),
+    # and when the first of those held now may wait no longer.
     held: Mapping[str, float] = field(default_factory=dict)
     hold_until: float | None = None
     # The snapshot the decisions were assumed into, for the re-optimisation pass of the same cycle.
@@ -121,6 +122,8 @@ def decide(world: World, settings: Settings, now_s: float, clock: Callable[[], f
             if isinstance(result, NoFit) and result.reason.startswith(HELD):
                 still[gang.uid] = since
                 until.append(since + pol.max_hold_s)
+            elif isinstance(result, NoFit) and gang.uid in held:  # no room now: its hold still counts from then
+                still[gang.uid] = since
             if clock is not None:
                 seconds[gang.uid] = clock() - t0
     locks, relocations, moved_by, periods = _locks(results, snap.grid.slot_ms)
