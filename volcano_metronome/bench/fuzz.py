@@ -209,6 +209,7 @@ def row(index: int, data: Mapping[str, Any], report: Mapping[str, Any], load: fl
         "met": {key: targets[key]["met"] for key in NO_HARM_KEYS},
         "worst_seed": {key: targets[key]["worst_seed"] for key in NO_HARM_KEYS},
         "placed_locked": policies["metronome"].get("placed_locked"),
+        "held_gangs": policies["metronome"].get("held_gangs"),
         "attribution": {name: [_ratio(seed["policies"], ours, theirs) for seed in report["per_seed"]]
                         for name, (ours, theirs) in ATTRIBUTION.items()},
         "cpu_s": round(cpu_s, 1),
@@ -253,7 +254,7 @@ def attribution(rows: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
 def table(rows: Sequence[Mapping[str, Any]], crashes: Sequence[Mapping[str, Any]], summ: Mapping[str, Any]) -> str:
     """One screen: a line per scenario (or crash), then the summary."""
     head = (f"{'idx':>5}  {'topology':<26}{'execution':<30}{'VT exc':>7}{'m/VT':>7}{'m/free':>7}{'m/cas':>7}"
-            f"{'p99/VT':>7}{'lock':>5}  {'no-harm':<8}{'cpu s':>6}")
+            f"{'p99/VT':>7}{'lock':>5}{'held':>5}  {'no-harm':<8}{'cpu s':>6}")
     lines = ["do-no-harm ratios: metronome's figure over the other's, worst seed", head, "-" * len(head)]
     entries = sorted([*rows, *crashes], key=lambda e: int(e["index"]))
     for e in entries:
@@ -264,7 +265,7 @@ def table(rows: Sequence[Mapping[str, Any]], crashes: Sequence[Mapping[str, Any]
         harm = "ok" if all(e["met"].values()) else "MISSED"
         lines.append(f"{e['index']:>5}  {e['topology']:<26}{e['execution']:<30}"
                      f"{fixed(100 * e['volcano_topology_contention_excess'], 1, 6)}%{ratios}"
-                     f"{e['placed_locked'] or 0:>5}  {harm:<8}{e['cpu_s']:>6}")
+                     f"{e['placed_locked'] or 0:>5}{e.get('held_gangs') or 0:>5}  {harm:<8}{e['cpu_s']:>6}")
     lines.append("")
     for key, c in summ["counts"].items():
         w = summ["worst"][key]
