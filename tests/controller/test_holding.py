@@ -86,3 +86,33 @@ def test_a_held_gang_keeps_its_first_hold_while_it_does_not_fit() -> None:
     decided = ctl.think().decided
     assert decided.results[uid].reason.startswith("insufficient GPUs") and ctl.held == {uid: NOW + 1.0}
     assert decided.hold_until is None  # nothing to wake for: it waits for room, like any gang
+
+
+def test_a_held_kueue_workload_keeps_its_quota_pending_not_retry() -> None:
+    """Retry would make Kueue give the quota back and requeue the Workload behind its backoff, for longer than
+    the hold; a held gang fits, so its check stays Pending with the reason, and turns Ready once placed."""
+    f = FakeApi()
+    for i in range(3):
+        f.put(kube.NODES, b.node(f"n{i}", gpus=8, rack="r0"))
+    f.put(kube.ADMISSION_CHECKS, b.admission_check("metronome"))
+    f.put(kube.CLUSTER_QUEUES, b.cluster_queue("cq", "metronome"))
+    now = [NOW]
+    ctl = Controller(f, f.stores(), Settings(write_concurrency=4), identity="t", clock=lambda: now[0])
+    for name in ("first", "second"):
+        wl = b.workload(NS, name, 3, gpus=4, profile=PROFILE)
+        wl["status"] = b.quota_reserved_status("cq", 3, gpus=4)
+        f.put(kube.WORKLOADS, wl)
+        for _ in range(3):
+            ctl.cycle()
+        now[0] += 1.0
+
+    def entry(name: str) -> dict:
+        wl = f.obj(kube.WORKLOADS, NS, name)
+        return next(e for e in wl["status"]["admissionChecks"] if e["name"] == "metronome")
+
+    assert entry("first")["state"] == "Ready"
+    assert entry("second")["state"] == "Pending" and entry("second")["message"].startswith(HELD)
+    now[0] = NOW + 62.0
+    for _ in range(3):
+        ctl.cycle()
+    assert entry("second")["state"] == "Ready"

@@ -31,6 +31,8 @@ from volcano_metronome.core.snapshot import Snapshot
 # A gang the core could not decide (its input is one no decision exists for, or the core failed on it):
 # reported like a no-fit (claim condition, Event, metric) under its own category; other gangs go on.
 UNDECIDABLE, UNDECIDABLE_PREFIX = "Undecidable", "cannot be decided: "
+# A gang core.holding holds back: it fits, and waits a bounded time for a node set with fewer collisions.
+HELD_FOR_CONTENTION = "HeldForContention"
 
 
 @dataclass(frozen=True)
@@ -216,7 +218,7 @@ def no_fit_category(reason: str) -> str:
     if text.startswith("priority protection"):
         return "PriorityProtection"
     if reason.startswith(HELD):
-        return "HeldForContention"
+        return HELD_FOR_CONTENTION
     if "profile" in text:
         return "NoProfile"
     return "Other"

@@ -63,7 +63,8 @@ from volcano_metronome.core.placement import member_room
 from volcano_metronome.core.reoptimize import Move
 from volcano_metronome.core.topology import Topology
 from volcano_metronome.shapes.slots import timing_annotations
-from volcano_metronome.controller.deciding import UNDECIDABLE, Decided, Reoptimised, no_fit_category
+from volcano_metronome.controller.deciding import (HELD_FOR_CONTENTION, UNDECIDABLE, Decided, Reoptimised,
+                                                   no_fit_category)
 from volcano_metronome.controller.writes import LOCKED, REDECIDING, TIMED_OUT, UNLOCKED, ClaimStatus, CreateClaim, DeleteClaim, DeletePod, Event, GangWrites, Plan, PodPatch, WorkloadCheck
 from volcano_metronome.shapes.profiles import profile_to_spec
 from volcano_metronome.shapes.times import format_time
@@ -470,7 +471,11 @@ def _no_fit(gang: GangView, reason: str, world: World, now_s: float, reported: M
         after.append(Event(regarding(gang), NOFIT, reason, "Warning"))
     if gang.check is not None and gang.obj is not None:
         state, message = ("Rejected" if category == UNDECIDABLE or _never_fits(gang, world) else "Retry"), reason
-        if state == "Retry" and (leaving := _fits_once_evicted_pods_leave(gang, world)):
+        if category == HELD_FOR_CONTENTION:
+            # It fits, and waits a bounded time (core.holding): Retry would give its quota back and requeue it
+            # behind Kueue's backoff, for longer than the hold.
+            state = "Pending"
+        elif state == "Retry" and (leaving := _fits_once_evicted_pods_leave(gang, world)):
             # Kueue reserves quota for a preemptor as soon as it evicts, before the evicted job's pods are gone:
             # Retry would give that reservation back and requeue the preemptor behind its own preemption.
             state, message = "Pending", (f"{reason}; waiting for the {leaving} GPUs that pods of Workloads Kueue "
