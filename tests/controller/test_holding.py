@@ -33,12 +33,17 @@ def claimed_nodes(f: FakeApi, gang: str) -> list[str]:
     return list((claim.get("status") or {}).get("nodes") or [])
 
 
-def test_a_gang_that_would_collide_at_every_phase_waits_then_is_placed_when_its_hold_runs_out() -> None:
+def cluster() -> tuple[FakeApi, list[float], Controller]:
+    """Three nodes of 8 GPUs in one rack, and a controller whose clock reads ``now[0]`` (NOW to start)."""
     f = FakeApi()
     for i in range(3):
         f.put(kube.NODES, b.node(f"n{i}", gpus=8, rack="r0"))
     now = [NOW]
-    ctl = Controller(f, f.stores(), Settings(write_concurrency=4), identity="t", clock=lambda: now[0])
+    return f, now, Controller(f, f.stores(), Settings(write_concurrency=4), identity="t", clock=lambda: now[0])
+
+
+def test_a_gang_that_would_collide_at_every_phase_waits_then_is_placed_when_its_hold_runs_out() -> None:
+    f, now, ctl = cluster()
     add_gang(f, "first")
     ctl.cycle()
     assert claimed_nodes(f, "first")
@@ -67,11 +72,7 @@ def test_a_gang_that_would_collide_at_every_phase_waits_then_is_placed_when_its_
 def test_a_held_gang_keeps_its_first_hold_while_it_does_not_fit() -> None:
     """The bound runs from the first hold, as in the simulator: a cycle in which the gang does not fit at all
     neither restarts nor ends it."""
-    f = FakeApi()
-    for i in range(3):
-        f.put(kube.NODES, b.node(f"n{i}", gpus=8, rack="r0"))
-    now = [NOW]
-    ctl = Controller(f, f.stores(), Settings(write_concurrency=4), identity="t", clock=lambda: now[0])
+    f, now, ctl = cluster()
     add_gang(f, "first")
     ctl.cycle()
     now[0] = NOW + 1.0
@@ -91,13 +92,9 @@ def test_a_held_gang_keeps_its_first_hold_while_it_does_not_fit() -> None:
 def test_a_held_kueue_workload_keeps_its_quota_pending_not_retry() -> None:
     """Retry would make Kueue give the quota back and requeue the Workload behind its backoff, for longer than
     the hold; a held gang fits, so its check stays Pending with the reason, and turns Ready once placed."""
-    f = FakeApi()
-    for i in range(3):
-        f.put(kube.NODES, b.node(f"n{i}", gpus=8, rack="r0"))
+    f, now, ctl = cluster()
     f.put(kube.ADMISSION_CHECKS, b.admission_check("metronome"))
     f.put(kube.CLUSTER_QUEUES, b.cluster_queue("cq", "metronome"))
-    now = [NOW]
-    ctl = Controller(f, f.stores(), Settings(write_concurrency=4), identity="t", clock=lambda: now[0])
     for name in ("first", "second"):
         wl = b.workload(NS, name, 3, gpus=4, profile=PROFILE)
         wl["status"] = b.quota_reserved_status("cq", 3, gpus=4)

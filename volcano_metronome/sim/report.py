@@ -47,7 +47,7 @@ BOTTLENECK_SHARE = 0.05
 
 #: metronome's lock-on-demand counts and its gangs held back (``core.holding``), summed over seeds like
 #: ``link_sharing_decisions``.
-LOCK_COUNTS = ("placed_unlocked", "placed_locked", "locks", "unlocks", "exact_locks", "held_gangs")
+DECISION_COUNTS = ("placed_unlocked", "placed_locked", "locks", "unlocks", "exact_locks", "held_gangs")
 
 #: The issue's targets on cluster-256: (gain key, figure, comparison, threshold).
 TARGETS = (
@@ -150,7 +150,7 @@ def _pool_sharing(policies: dict[str, Any], per_seed: Sequence[Mapping[str, Any]
             continue
         total = sum(r["link_sharing_decisions"] for r in rows)
         figures_["link_sharing_decisions"] = total
-        for key in LOCK_COUNTS:
+        for key in DECISION_COUNTS:
             if key in figures_:
                 figures_[key] = sum(r[key] for r in rows)
         for key in ("zero_overflow_fraction", "guarded_fit_fraction"):
