@@ -1,5 +1,6 @@
 """A gang held back against the in-memory API (core.holding): no claim of nodes while it waits, a
-HeldForContention no-fit, a wake-up when its hold runs out, and then its placement.
+HeldForContention no-fit, a wake-up when its hold runs out, and then its placement; the hold's start kept in
+the claim (``status.heldSince``), so that a new leader does not hold the gang again from the start.
 
 The fabric of test_lock_on_demand: 3 nodes of 8 GPUs in one rack, gangs of 3 members of 4 GPUs; the
 second gang takes the node the first half fills and the free node, so the two share one NIC. Each sends
@@ -16,6 +17,7 @@ from volcano_metronome.controller.loop import Controller
 from volcano_metronome.controller.settings import Settings
 from volcano_metronome.core.decision import NoFit
 from volcano_metronome.core.holding import HELD
+from volcano_metronome.shapes.times import format_time
 
 NS = "hold"
 NOW = 1_700_000_000.0
@@ -28,9 +30,18 @@ def add_gang(f: FakeApi, name: str, profile: dict = PROFILE) -> None:
         f.put(kube.PODS, p)
 
 
-def claimed_nodes(f: FakeApi, gang: str) -> list[str]:
+def status(f: FakeApi, gang: str) -> dict:
     claim = f.obj(kube.CLAIMS, NS, f"podgroup-{gang}") or {}
-    return list((claim.get("status") or {}).get("nodes") or [])
+    return claim.get("status") or {}
+
+
+def claimed_nodes(f: FakeApi, gang: str) -> list[str]:
+    return list(status(f, gang).get("nodes") or [])
+
+
+def controller(f: FakeApi, now: list[float]) -> Controller:
+    """A controller on ``f`` whose clock reads ``now[0]``."""
+    return Controller(f, f.stores(), Settings(write_concurrency=4), identity="t", clock=lambda: now[0])
 
 
 def cluster() -> tuple[FakeApi, list[float], Controller]:
@@ -39,7 +50,7 @@ def cluster() -> tuple[FakeApi, list[float], Controller]:
     for i in range(3):
         f.put(kube.NODES, b.node(f"n{i}", gpus=8, rack="r0"))
     now = [NOW]
-    return f, now, Controller(f, f.stores(), Settings(write_concurrency=4), identity="t", clock=lambda: now[0])
+    return f, now, controller(f, now)
 
 
 def test_a_gang_that_would_collide_at_every_phase_waits_then_is_placed_when_its_hold_runs_out() -> None:
@@ -56,6 +67,7 @@ def test_a_gang_that_would_collide_at_every_phase_waits_then_is_placed_when_its_
     assert len(held) == 1 and deciding.no_fit_category(held[0].reason) == "HeldForContention"
     assert ctl.held == {held[0].uid: NOW + 1.0}
     assert ctl.wake_at == NOW + 61.0  # the loop wakes for it although nothing changes
+    assert status(f, "second")["heldSince"] == format_time(NOW + 1.0)
     notes = [e["note"] for e in f.events if e["reason"] == "NoFit"]
     assert len(notes) == 1 and notes[0].endswith(held[0].reason)
 
@@ -67,6 +79,30 @@ def test_a_gang_that_would_collide_at_every_phase_waits_then_is_placed_when_its_
     now[0] = NOW + 61.0
     ctl.cycle()
     assert claimed_nodes(f, "second") and ctl.held == {}
+    assert "heldSince" not in status(f, "second")  # cleared with the placement
+
+
+def test_a_new_leader_counts_the_hold_from_the_claim_not_from_its_own_start() -> None:
+    """A restart (or a leader change) forgets the in-memory holds; the claim's heldSince keeps the bound one
+    maxHoldSeconds after the first hold, not one after the new leader's first cycle."""
+    f, now, ctl = cluster()
+    add_gang(f, "first")
+    ctl.cycle()
+    now[0] = NOW + 1.0
+    add_gang(f, "second")
+    ctl.cycle()
+    assert not claimed_nodes(f, "second") and status(f, "second")["heldSince"] == format_time(NOW + 1.0)
+
+    now[0] = NOW + 40.0
+    successor = controller(f, now)
+    successor.cycle()
+    assert not claimed_nodes(f, "second")  # still held: 39 s of its 60
+    assert successor.held == {f"{NS}/podgroup-second": NOW + 1.0}
+    assert successor.wake_at == NOW + 61.0
+
+    now[0] = NOW + 61.0
+    successor.cycle()
+    assert claimed_nodes(f, "second") and "heldSince" not in status(f, "second")
 
 
 def test_a_held_gang_keeps_its_first_hold_while_it_does_not_fit() -> None:

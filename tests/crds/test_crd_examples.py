@@ -14,10 +14,13 @@ import yaml
 from tests.crds.crd_schema import INVALID_CASES, camel_to_snake, errors, example_objects, load_crds, version_schema
 from volcano_metronome import api
 from volcano_metronome.catalog import builtin
+from volcano_metronome.controller.deciding import HELD_FOR_CONTENTION, no_fit_category
+from volcano_metronome.core.holding import HELD
 from volcano_metronome.core.errors import InvalidInput
 from volcano_metronome.core.profile import Profile
 from volcano_metronome.core.topology import duplex
 from volcano_metronome.shapes.refs import claim_name
+from volcano_metronome.shapes.times import parse_time
 
 CRDS = load_crds()
 EXAMPLES = list(example_objects())
@@ -87,7 +90,7 @@ def test_example_default_profiles_are_accepted_by_the_core() -> None:
 
 
 def test_placed_example_status_is_consistent() -> None:
-    placed = next(obj for _, obj in EXAMPLES if "status" in obj)
+    placed = next(obj for _, obj in EXAMPLES if "nodes" in obj.get("status", {}))
     status = placed["status"]
     assert len(status["nodes"]) == len(status["members"])
     assert 0 <= status["offsetMs"] < status["periodMs"]
@@ -98,6 +101,18 @@ def test_placed_example_status_is_consistent() -> None:
     assert status["links"] == [link.name for node in status["nodes"] for link in duplex(f"nic:{node}", 100.0, [node], 0)]
     assert {(c["type"], c["status"], c["reason"]) for c in status["conditions"]} == {
         ("Placed", "True", "Placed"), ("NoFit", "False", "Placed")}
+
+
+def test_held_example_status_is_consistent() -> None:
+    """As the controller writes a held gang's claim (controller/reconcile.py, _no_fit): no nodes, heldSince, and the
+    NoFit reason the controller's category gives a hold's message."""
+    held = next(obj for _, obj in EXAMPLES if "heldSince" in obj.get("status", {}))
+    status = held["status"]
+    assert "nodes" not in status and parse_time(status["heldSince"]) is not None
+    no_fit = next(c for c in status["conditions"] if c["type"] == "NoFit")
+    assert no_fit["message"].startswith(HELD) and no_fit["reason"] == no_fit_category(no_fit["message"])
+    assert {(c["type"], c["status"], c["reason"]) for c in status["conditions"]} == {
+        ("Placed", "False", "Pending"), ("NoFit", "True", HELD_FOR_CONTENTION)}
 
 
 def test_default_queue_policy_example_spells_out_the_schema_defaults() -> None:

@@ -26,7 +26,7 @@ SPEC_FIELDS = {
 }
 STATUS_FIELDS = {
     "STBandwidthClaim": {"nodes", "members", "offsetMs", "periodMs", "epoch", "links", "predictedOverflowGbpsMs",
-                         "feasible", "locked", "decidedAt", "observedGeneration", "conditions",
+                         "feasible", "locked", "decidedAt", "heldSince", "observedGeneration", "conditions",
                          "measuredProfile", "adoptedProfile"},
     "STBandwidthCapacity": {"observedGeneration", "conditions", "matchedNodes"},
     "QueuePolicy": {"observedGeneration", "conditions", "pendingGangs", "placedGangs"},

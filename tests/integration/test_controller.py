@@ -20,6 +20,7 @@ from volcano_metronome import api, kube
 from volcano_metronome.controller import objects
 from volcano_metronome.devtools.controlplane import ControlPlane
 from volcano_metronome.shapes.slots import number_text
+from volcano_metronome.shapes.times import parse_time
 
 # Short enough that a standby takes over in seconds, long enough to survive a loaded CI machine.
 FAST_LEASE = {"leaseDurationSeconds": 6, "renewDeadlineSeconds": 5, "retryPeriodSeconds": 1}
@@ -534,3 +535,44 @@ def test_a_gang_is_pinned_only_to_nodes_its_pods_select_and_tolerate(cluster: Cl
     assert pinned == sorted(nodes[2:4]), pinned  # labelled and untainted: nodes 2 and 3
     for p in cluster.pods(ns):  # the API server kept the pod's own selector beside our pin
         assert p["spec"]["nodeSelector"] == {"gpu-type": "h100"}
+
+
+# ----------------------------------------------------------------------------- held back (core.holding)
+# The lock-on-demand fabric with bursts that fill 180 ms of every 200 at a NIC's full 100 Gbps: the second gang can
+# only share a NIC with the first, where they collide at every phase, so it is held back (maxHoldSeconds).
+HOLD_S = 12
+COLLIDING = {"period_ms": 200.0, "windows": [{"start_ms": 10, "len_ms": 180, "gbps": 100}], "jitter_ms": 0}
+
+
+def test_a_held_gang_keeps_its_hold_across_a_leader_change(
+        cluster: Cluster, tmp_path: pathlib.Path, controllers: list[ControllerProcess]) -> None:
+    """The claim records when the hold began (status.heldSince); a new leader counts maxHoldSeconds from there,
+    not from its own start, and the record is cleared with the placement."""
+    queue, policy = f"q-{cluster.tag}", f"hold-{cluster.tag}"
+    cluster.k.create(kube.QUEUE_POLICIES, b.queue_policy(policy, volcanoQueues=[queue], maxHoldSeconds=HOLD_S))
+    try:
+        cluster.nodes(3)
+        ns = cluster.namespace()
+        first = start_controller(cluster, tmp_path, controllers, ns)
+        lock_gang(cluster, ns, "a", queue, COLLIDING)
+        wait_until(lambda: claim_status(cluster, ns, "a").get("nodes"), 60, lambda: f"gang a placed\n{first.logs()}")
+        lock_gang(cluster, ns, "b", queue, COLLIDING)
+        status = wait_until(lambda: (s := claim_status(cluster, ns, "b")).get("heldSince") and s, 60,
+                            lambda: f"gang b held back\n{first.logs()}")
+        held_since = parse_time(status["heldSince"])
+        no_fit = objects.condition({"status": status}, "NoFit")
+        assert held_since is not None and not status.get("nodes")
+        assert no_fit is not None and no_fit["reason"] == "HeldForContention", no_fit
+
+        # The leader goes (releasing its Lease) two thirds into the hold; a new one takes over.
+        time.sleep(max(0.0, held_since + HOLD_S * 2 / 3 - time.time()))
+        assert first.stop() == 0 and not claim_status(cluster, ns, "b").get("nodes")
+        second = start_controller(cluster, tmp_path, controllers, ns)
+        status = wait_until(lambda: (s := claim_status(cluster, ns, "b")).get("nodes") and s, 60,
+                            lambda: f"gang b placed\n{second.logs()}")
+        decided_at = parse_time(status["decidedAt"])
+        assert decided_at is not None and "heldSince" not in status
+        # Not before its hold ran out, and soon after: counted from the new leader's first cycle it would end 8 s later.
+        assert held_since + HOLD_S - 1 <= decided_at <= held_since + HOLD_S + 4, (held_since, decided_at)
+    finally:
+        cluster.k.delete(kube.QUEUE_POLICIES, None, policy)

@@ -97,13 +97,14 @@ def decide(world: World, settings: Settings, now_s: float, clock: Callable[[], f
 
     ``base``: the running gangs' snapshot when the caller keeps one (``controller.loads``); it is
     changed in place. ``clock`` times each decision (``Decided.seconds``). ``held``: the gangs held back
-    by earlier cycles and since when (``Decided.held`` of the last cycle).
+    by earlier cycles and since when (``Decided.held`` of the last cycle); a gang it does not name counts from its
+    claim's ``status.heldSince`` (a hold a previous leader started).
     """
-    held = held or {}
+    pending = world.pending_gangs()
+    held = {**{g.uid: s for g in pending if (s := g.held_since) is not None}, **(held or {})}
     still: dict[str, float] = {}
     until: list[float] = []
     snap, warnings = base if base is not None else snapshot(world, settings)
-    pending = world.pending_gangs()
     results: dict[str, Decision | NoFit] = {}
     seconds: dict[str, float] = {}
     for name in sorted({g.policy for g in pending}):

@@ -53,7 +53,7 @@ from volcano_metronome.controller.quiet import Quiet, share_of
 from volcano_metronome.controller.epochs import epoch_at_or_after, epoch_at_or_before, relative_offset
 from volcano_metronome.controller.constraints import assign
 from volcano_metronome.shapes import JSON
-from volcano_metronome.controller.views import (GANG_API_VERSIONS, PODS_TIMEOUT, RELEASED, WORKLOAD, ClaimView, GangKey,
+from volcano_metronome.controller.views import (GANG_API_VERSIONS, HELD_SINCE, PODS_TIMEOUT, RELEASED, WORKLOAD, ClaimView, GangKey,
                                                 GangView, PodView, World)
 from volcano_metronome.controller.owners import owning_jobs
 from volcano_metronome.controller.settings import Settings
@@ -150,7 +150,7 @@ def plan(world: World, decided: Decided, settings: Settings, now_s: float,
             if settings.pods_timeout_s > 0 and podless.awaiting_pods(gang):  # a hold from now (decidedAt)
                 due = now_s + settings.pods_timeout_s
         elif isinstance(result, NoFit):
-            w = _no_fit(gang, result.reason, world, now_s, reported, settings.events)
+            w = _no_fit(gang, result.reason, world, now_s, reported, settings.events, decided.held.get(gang.uid))
         elif gang.placed and gang.claim is not None:
             lock = gang.uid in decided.locks
             by = decided.locks.get(gang.uid)
@@ -267,6 +267,8 @@ def _place(gang: GangView, d: Decision, settings: Settings, now_s: float, now_ms
         "epoch": epoch, "links": list(d.links), "predictedOverflowGbpsMs": round(d.overflow_gbps_ms, 6),
         "feasible": d.feasible, "locked": locked, "decidedAt": format_time(now_s), "conditions": conds,
     }
+    if gang.held_since is not None:
+        status[HELD_SINCE] = None  # merge patch: removed
     if gang.claim is not None:
         status["observedGeneration"] = gang.claim.generation
     rv = gang.claim.resource_version if gang.claim is not None else None
@@ -454,15 +456,21 @@ def _pod_set_update(pod_set: Mapping[str, Any], ann: Mapping[str, str | None], c
 
 
 def _no_fit(gang: GangView, reason: str, world: World, now_s: float, reported: Mapping[str, str],
-            events: bool) -> GangWrites:
+            events: bool, held_since: float | None = None) -> GangWrites:
+    """``held_since``: when the gang was first held back, while it counts (``Decided.held``), kept in the claim."""
     category = no_fit_category(reason)
     prior = gang.claim.conditions if gang.claim is not None else ()
     conds = objects.set_condition(prior, NOFIT, "True", category, reason, now_s)
     conds = objects.set_condition(conds, PLACED, "False", "Pending", "waiting for a placement", now_s)
     claim_writes: list[CreateClaim | ClaimStatus | DeleteClaim] = list(_ensure_claim(gang))
-    if (claim_writes or gang.claim is not None) and (gang.claim is None or not objects.same_conditions(conds, prior)):
+    status: JSON = {"conditions": conds}
+    held = format_time(held_since) if held_since is not None else None
+    if held != (gang.claim.status.get(HELD_SINCE) if gang.claim is not None else None):
+        status[HELD_SINCE] = held
+    if (claim_writes or gang.claim is not None) and (
+            gang.claim is None or HELD_SINCE in status or not objects.same_conditions(conds, prior)):
         rv = gang.claim.resource_version if gang.claim is not None else None
-        claim_writes.append(ClaimStatus(gang.key.namespace, gang.claim_name, rv, {"conditions": conds}))
+        claim_writes.append(ClaimStatus(gang.key.namespace, gang.claim_name, rv, status))
     after: list[WorkloadCheck | Event] = []
     old = next((c for c in prior if c.get("type") == NOFIT), None)
     announced = (old is not None and old.get("message") == reason and old.get("status") == "True") or (

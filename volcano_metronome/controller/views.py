@@ -13,6 +13,7 @@ from typing import Mapping, Sequence
 
 from volcano_metronome.controller import ranks as ranking
 from volcano_metronome.shapes import JSON
+from volcano_metronome.shapes.times import parse_time
 from volcano_metronome.controller.network import CapacityState
 from volcano_metronome.controller.queuepolicy import QueuePolicyView
 from volcano_metronome.core.model import Gang, Running
@@ -26,6 +27,8 @@ GANG_KINDS = (PODGROUP, WORKLOAD, JOB)
 GANG_API_VERSIONS = {PODGROUP: "scheduling.volcano.sh/v1beta1", WORKLOAD: "kueue.x-k8s.io/v1beta2", JOB: "batch/v1"}
 RELEASED = "Released"
 PODS_TIMEOUT = "PodsTimeout"  # Placed=False reason (and Event) of a claim released because its pods did not come
+# The claim status field that keeps a held gang's hold start (core.holding) across controller restarts.
+HELD_SINCE = "heldSince"
 
 
 @dataclass(frozen=True, order=True)
@@ -153,6 +156,11 @@ class GangView:
     def placed(self) -> bool:
         """Its claim holds nodes."""
         return self.claim is not None and self.claim.placed
+
+    @property
+    def held_since(self) -> float | None:
+        """When its claim says it was first held back (``status.heldSince``, Unix seconds), or None."""
+        return parse_time(self.claim.status.get(HELD_SINCE)) if self.claim is not None else None
 
     @property
     def unreserved(self) -> bool:
