@@ -24,6 +24,7 @@ from volcano_metronome.controller.epochs import epoch_at_or_after, epoch_at_or_b
 from volcano_metronome.controller.observe import claim_view
 from volcano_metronome.controller.profiledrift import _repoint
 from volcano_metronome.controller.writes import LOCKED
+from volcano_metronome.core import holding
 from volcano_metronome.core.decision import Decision
 from volcano_metronome.core.reoptimize import Move
 from volcano_metronome.shapes.profiles import profile_from_spec
@@ -48,11 +49,11 @@ def exact_decisions(monkeypatch: pytest.MonkeyPatch, gang: str, offset_ms: float
                     relay: str | None = None) -> list[Decision]:
     """Make the core decide ``gang`` at the exact period (at ``offset_ms`` when given), re-laying the
     running gang ``relay`` at it when the decision locks it; the decisions made are returned."""
-    real = deciding.core_decide
+    real = holding.decide
     made: list[Decision] = []
 
-    def exact(snap: Any, g: Any, pol: Any) -> Any:
-        result = real(snap, g, pol)
+    def exact(snap: Any, g: Any, pol: Any, *args: Any, **kwargs: Any) -> Any:
+        result = real(snap, g, pol, *args, **kwargs)
         if not isinstance(result, Decision) or not g.name.endswith(f"/{gang}"):
             return result
         fields: dict[str, Any] = {"period_ms": EXACT}
@@ -65,7 +66,7 @@ def exact_decisions(monkeypatch: pytest.MonkeyPatch, gang: str, offset_ms: float
         made.append(dataclasses.replace(result, **fields))
         return made[-1]
 
-    monkeypatch.setattr(deciding, "core_decide", exact)
+    monkeypatch.setattr(holding, "decide", exact)  # what the controller's decide_or_hold calls
     return made
 
 

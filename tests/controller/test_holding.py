@@ -105,6 +105,26 @@ def test_a_new_leader_counts_the_hold_from_the_claim_not_from_its_own_start() ->
     assert claimed_nodes(f, "second") and "heldSince" not in status(f, "second")
 
 
+def test_a_gang_takes_a_rack_no_gang_uses_rather_than_wait() -> None:
+    """Two racks of three 2-GPU nodes: binpacking keeps the untouched rack whole, so the second gang's candidates
+    would share a NIC with the first at every phase; before holding it, the untouched rack is offered, and taken."""
+    f = FakeApi()
+    for rack in range(2):
+        for i in range(3):
+            f.put(kube.NODES, b.node(f"r{rack}n{i}", gpus=2, rack=f"r{rack}"))
+    now = [NOW]
+    ctl = controller(f, now)
+    for name in ("first", "second"):
+        f.put(kube.PODGROUPS, b.podgroup(NS, name, 3, gpus=1, profile=PROFILE))
+        for p in b.gang_pods(NS, name, 3, gpus=1, profile=PROFILE):
+            f.put(kube.PODS, p)
+        ctl.cycle()
+        now[0] += 1.0
+    first, second = claimed_nodes(f, "first"), claimed_nodes(f, "second")
+    assert {n[:2] for n in first} == {"r0"} and {n[:2] for n in second} == {"r1"}, (first, second)
+    assert ctl.held == {} and "heldSince" not in status(f, "second")
+
+
 def test_a_held_gang_keeps_its_first_hold_while_it_does_not_fit() -> None:
     """The bound runs from the first hold, as in the simulator: a cycle in which the gang does not fit at all
     neither restarts nor ends it."""

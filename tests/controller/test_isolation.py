@@ -8,7 +8,8 @@ from tests.controller import builders as b
 from tests.controller.fake import FakeApi
 from tests.controller.test_controller import NS, NOW, add_gang, claim_of, controller, pods_of
 from volcano_metronome import kube
-from volcano_metronome.controller import deciding, loop, objects
+from volcano_metronome.controller import loop, objects
+from volcano_metronome.core import holding
 from volcano_metronome.core.decision import NoFit
 from volcano_metronome.controller.deciding import UNDECIDABLE
 
@@ -49,14 +50,14 @@ def test_a_core_failure_on_one_gang_is_that_gangs_no_fit(monkeypatch) -> None:  
     fake = _fake()
     add_gang(fake, "bad", 1)
     add_gang(fake, "good", 1)
-    real = deciding.core_decide
+    real = holding.decide
 
-    def flaky(snap, gang, pol, earliest=0):  # type: ignore[no-untyped-def]
+    def flaky(snap, gang, pol, *args, **kwargs):  # type: ignore[no-untyped-def]
         if "bad" in gang.name:
             raise IndexError("boom")
-        return real(snap, gang, pol, earliest)
+        return real(snap, gang, pol, *args, **kwargs)
 
-    monkeypatch.setattr(deciding, "core_decide", flaky)
+    monkeypatch.setattr(holding, "decide", flaky)  # what the controller's decide_or_hold calls
     ctl = controller(fake)
     plan, _ = ctl.cycle()
     results = {r.uid: r for r in plan.decisions} if plan.decisions else {}

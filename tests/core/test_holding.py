@@ -9,9 +9,10 @@ import pytest
 from tests.core.builders import empty, gang, two_nodes
 from volcano_metronome.core.cycle import commit
 from volcano_metronome.core.decision import Decision, NoFit, decide
-from volcano_metronome.core.holding import HELD, HOLD_COST, collision_share, hold
+from volcano_metronome.core.holding import HELD, HOLD_COST, collision_share, decide_or_hold, hold
 from volcano_metronome.core.model import Policy
 from volcano_metronome.core.snapshot import Snapshot
+from volcano_metronome.core.topology import leaf_spine
 
 POLICY = Policy()
 
@@ -55,6 +56,32 @@ def test_lighter_collisions_locked_gangs_and_gangs_on_no_link_are_never_held() -
     assert d.locked and collision_share(snap, d) == 0.0 and hold(snap, d, POLICY, 0.0) is None
     alone = decide(empty(two_nodes(), 3), gang("c", gpus=1, start=0.0, length=195.0), POLICY)
     assert isinstance(alone, Decision) and not alone.links and hold(snap, alone, POLICY, 0.0) is None
+
+
+def test_a_gang_about_to_be_held_takes_an_untouched_rack_where_one_holds_it_cleanly() -> None:
+    """Binpacking keeps a rack no gang uses whole (core.placement), so b's only candidates share a NIC with a;
+    before holding b, the untouched rack is offered, and taken. Where b would not be held, the binpack stands."""
+    for burst_ms, held in ((180.0, True), (100.0, False)):
+        snap = empty(leaf_spine(2, 3, 100.0, 400.0), 2)  # nodes of 2 GPUs: no gang of 3 fits one
+        a = gang("a", size=3, gpus=1, start=0.0, length=burst_ms)
+        first = decide(snap, a, POLICY)
+        assert isinstance(first, Decision) and {n[:6] for n in first.nodes} == {"rack-0"}
+        commit(snap, a, first)
+        b = gang("b", size=3, gpus=1, start=0.0, length=burst_ms)
+        packed = decide(snap, b, POLICY)
+        assert isinstance(packed, Decision) and {n[:6] for n in packed.nodes} == {"rack-0"}
+        assert (hold(snap, packed, POLICY, 0.0) is not None) is held
+        chosen = decide_or_hold(snap, b, POLICY, 0.0)
+        assert isinstance(chosen, Decision)
+        assert {n[:6] for n in chosen.nodes} == ({"rack-1"} if held else {"rack-0"})
+        assert chosen.nodes == packed.nodes or collision_share(snap, chosen) == 0.0
+
+
+def test_with_no_untouched_rack_the_gang_is_held() -> None:
+    snap, d = beside_a_twin(180.0)
+    held = decide_or_hold(snap, gang("b", gpus=1, start=0.0, length=180.0), POLICY, 0.0)
+    assert isinstance(held, NoFit) and held.reason == hold(snap, d, POLICY, 0.0).reason  # type: ignore[union-attr]
+    assert isinstance(decide_or_hold(snap, gang("b", gpus=1, start=0.0, length=180.0), POLICY, 60.0), Decision)
 
 
 @pytest.mark.parametrize("value", [-1.0, 3600.5, float("nan"), True])

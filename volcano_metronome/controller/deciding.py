@@ -18,10 +18,9 @@ from volcano_metronome.controller.queuepolicy import Reoptimization
 from volcano_metronome.controller.settings import Settings
 from volcano_metronome.core.cycle import commit
 from volcano_metronome.core.decision import Decision, NoFit
-from volcano_metronome.core.decision import decide as core_decide
 from volcano_metronome.core.errors import InvalidInput
 from volcano_metronome.core.grid import lay_out
-from volcano_metronome.core.holding import HELD, hold
+from volcano_metronome.core.holding import HELD, decide_or_hold
 from volcano_metronome.core.model import Gang, Policy
 from volcano_metronome.core.ordering import order
 from volcano_metronome.core.reoptimize import Move, reoptimise
@@ -139,9 +138,7 @@ def _decide_one(snap: Snapshot, gang: Gang, pol: Policy, held_s: float = 0.0) ->
     gang's no-fit, never the cycle's failure (every other gang is still decided). A decision
     ``core.holding`` holds back (the gang held for ``held_s`` so far) is not assumed."""
     try:
-        result = core_decide(snap, gang, pol)
-        if isinstance(result, Decision):
-            result = hold(snap, result, pol, held_s) or result
+        result = decide_or_hold(snap, gang, pol, held_s)
     except Exception as exc:  # noqa: BLE001 - one gang's bad input or a core bug must not stop the others
         return NoFit(gang.uid, f"{UNDECIDABLE_PREFIX}{type(exc).__name__}: {exc}")
     if isinstance(result, Decision):

@@ -181,7 +181,8 @@ class _Lock:
         return self.padding_ms if self.locked else self.free_delay_ms
 
 
-def decide(snapshot: Snapshot, gang: Gang, policy: Policy, earliest: int = 0) -> Decision | NoFit:
+def decide(snapshot: Snapshot, gang: Gang, policy: Policy, earliest: int = 0,
+           keep_untouched: bool = True) -> Decision | NoFit:
     """The best node set and offset for ``gang`` given the snapshot, or why there is none.
 
     ``earliest`` (slots after the epoch: the current time, in any form congruent modulo the gang's period;
@@ -191,10 +192,13 @@ def decide(snapshot: Snapshot, gang: Gang, policy: Policy, earliest: int = 0) ->
     Node sets on which the gang runs throttled by a slow link (``core.bottleneck``) are decided apart, with
     the profile it runs with there; the throttled one is taken only where its expected cost plus the time
     the throttle adds to every iteration is below the best unthrottled one's.
+
+    ``keep_untouched`` (the default): a domain no gang uses is a candidate only where Volcano's binpack would
+    open one too (``core.placement``); False offers them as any other (``core.holding``, before holding a gang).
     """
     free, admitted = _free_for(snapshot, gang)
     found = candidates(snapshot.topology, free, snapshot.link_mean, gang, policy.max_candidates,
-                       secondary=not policy.lock_on_demand, busy=snapshot.gangs_on > 0)
+                       secondary=not policy.lock_on_demand, busy=snapshot.gangs_on > 0 if keep_untouched else None)
     if not found.primary:
         reason = found.reason
         if admitted is not None:

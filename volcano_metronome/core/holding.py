@@ -11,11 +11,16 @@ uncontended communication in random scenarios where a minute's wait would have g
 held (0: never), and is placed where it fits once that has passed. A hold is a NoFit: the gangs behind it
 go on, as behind any gang that does not fit. A locked decision (its offset overflows nowhere) is never
 held: its cost is padding, at most its period.
+
+Before a gang is held, the domains no gang uses are offered too (``decide_or_hold``): binpacking keeps them
+whole for the gangs that need one (``core.placement``, round 11), but a gang that would otherwise wait for
+room that is already there, clean, takes it (round 19).
 """
 
 from __future__ import annotations
 
-from volcano_metronome.core.decision import Decision, NoFit, cost_per_slot
+from volcano_metronome.core.decision import Decision, NoFit, cost_per_slot, decide
+from volcano_metronome.core.model import Gang
 from volcano_metronome.core.model import Policy
 from volcano_metronome.core.snapshot import Snapshot
 
@@ -43,3 +48,15 @@ def hold(snapshot: Snapshot, decision: Decision, policy: Policy, held_s: float) 
         f"{HELD}: its best node set would run free with expected collisions of {share:.2f} x the time "
         f"(both sides; held from {HOLD_COST:g}); waits for a cleaner one up to maxHoldSeconds "
         f"({policy.max_hold_s:g} s) after it was first held, then is placed where it fits"))
+
+
+def decide_or_hold(snapshot: Snapshot, gang: Gang, policy: Policy, held_s: float, earliest: int = 0) -> Decision | NoFit:
+    """``core.decision.decide``, held back where ``hold`` says so unless a domain no gang uses holds the gang
+    below the bound (``held_s``: how long it has been held so far)."""
+    result = decide(snapshot, gang, policy, earliest)
+    if not isinstance(result, Decision) or (held := hold(snapshot, result, policy, held_s)) is None:
+        return result
+    opened = decide(snapshot, gang, policy, earliest, keep_untouched=False)
+    if isinstance(opened, Decision) and hold(snapshot, opened, policy, held_s) is None:
+        return opened
+    return held

@@ -30,8 +30,8 @@ from typing import Any, Sequence
 import numpy as np
 
 from volcano_metronome.core.cycle import commit
-from volcano_metronome.core.decision import Decision, decide
-from volcano_metronome.core.holding import hold
+from volcano_metronome.core.decision import Decision
+from volcano_metronome.core.holding import HELD, decide_or_hold
 from volcano_metronome.core.reoptimize import reoptimise
 from volcano_metronome.core.snapshot import Snapshot
 from volcano_metronome.scenario import JobSpec
@@ -81,12 +81,11 @@ class Metronome(SimPolicy):
             started = time.perf_counter()
             # The absolute slot: right whichever period (grid, local or exact snap) the gang gets.
             earliest = first_slot(now, self.snapshot.grid)
-            result = decide(self.snapshot, gang, self.policy, earliest=earliest)
+            result = decide_or_hold(self.snapshot, gang, self.policy, now - self.held_since.get(gang.uid, now), earliest)
             elapsed = (time.perf_counter() - started) * 1000.0
             if not isinstance(result, Decision):
-                continue
-            if hold(self.snapshot, result, self.policy, now - self.held_since.get(gang.uid, now)) is not None:
-                if gang.uid not in self.held_since:  # first held: one wake-up when its wait runs out
+                if result.reason.startswith(HELD) and gang.uid not in self.held_since:
+                    # First held: one wake-up when its wait runs out.
                     self.held_since[gang.uid] = now
                     self._wakeups.append(now + self.policy.max_hold_s)
                     self.counts["held"] += 1
