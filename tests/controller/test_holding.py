@@ -70,6 +70,7 @@ def test_a_gang_that_would_collide_at_every_phase_waits_then_is_placed_when_its_
     assert status(f, "second")["heldSince"] == format_time(NOW + 1.0)
     notes = [e["note"] for e in f.events if e["reason"] == "NoFit"]
     assert len(notes) == 1 and notes[0].endswith(held[0].reason)
+    assert ctl.metrics.registry.get_sample_value("metronome_controller_held_gangs") == 1
 
     now[0] = NOW + 30.0  # still held, since the same moment, and not announced again
     ctl.cycle()
@@ -80,6 +81,7 @@ def test_a_gang_that_would_collide_at_every_phase_waits_then_is_placed_when_its_
     ctl.cycle()
     assert claimed_nodes(f, "second") and ctl.held == {}
     assert "heldSince" not in status(f, "second")  # cleared with the placement
+    assert ctl.metrics.registry.get_sample_value("metronome_controller_held_gangs") == 0
 
 
 def test_a_new_leader_counts_the_hold_from_the_claim_not_from_its_own_start() -> None:

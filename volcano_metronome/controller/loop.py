@@ -40,7 +40,7 @@ from volcano_metronome.controller.settings import Settings
 from volcano_metronome.controller.writer import Api, Outcome, Writer
 from volcano_metronome.core.errors import MetronomeError
 from volcano_metronome.core.decision import Decision, NoFit
-from volcano_metronome.controller.deciding import Decided, Reoptimised, no_fit_category
+from volcano_metronome.controller.deciding import HELD_FOR_CONTENTION, Decided, Reoptimised, no_fit_category
 
 log = logging.getLogger("volcano_metronome.controller")
 
@@ -268,9 +268,13 @@ class Controller:
                 m.decision_seconds.observe(per)
         m.cycle_seconds.observe(cycle_s)
         m.placements.inc(len(outcome.placed))
+        held = 0
         for r in decided:
             if isinstance(r, NoFit):
-                m.no_fits.labels(no_fit_category(r.reason)).inc()
+                category = no_fit_category(r.reason)
+                m.no_fits.labels(category).inc()
+                held += category == HELD_FOR_CONTENTION
+        m.held_gangs.set(held)
         m.reconfigurations.inc(len(plan.moves))
         m.locks.inc(len(outcome.locked))
         m.unlocks.inc(len(outcome.unlocked))

@@ -39,6 +39,8 @@ class Metrics:
     def __init__(self, watch_restarts: Callable[[], dict[str, int]] | None = None) -> None:
         r = self.registry = CollectorRegistry()
         self.queue_depth = Gauge(f"{_PREFIX}_queue_depth", "Gangs waiting for a placement", registry=r)
+        self.held_gangs = Gauge(f"{_PREFIX}_held_gangs", "Gangs that fit but are held back this cycle for a node set "
+                                "with fewer collisions (NoFit reason HeldForContention)", registry=r)
         self.decision_seconds = Histogram(
             f"{_PREFIX}_decision_seconds", "Time the core took per gang decided (cycle time / gangs decided)",
             buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5), registry=r)
