@@ -53,8 +53,8 @@ from volcano_metronome.controller.quiet import Quiet, share_of
 from volcano_metronome.controller.epochs import epoch_at_or_after, epoch_at_or_before, relative_offset
 from volcano_metronome.controller.constraints import assign
 from volcano_metronome.shapes import JSON
-from volcano_metronome.controller.views import (GANG_API_VERSIONS, HELD_SINCE, PODS_TIMEOUT, RELEASED, WORKLOAD, ClaimView, GangKey,
-                                                GangView, PodView, World)
+from volcano_metronome.controller.views import (GANG_API_VERSIONS, HELD_SINCE, PODS_TIMEOUT, RELEASED, WORKLOAD,
+                                                ClaimView, GangKey, GangView, PodView, World)
 from volcano_metronome.controller.owners import owning_jobs
 from volcano_metronome.controller.settings import Settings
 from volcano_metronome.core.decision import Decision, NoFit

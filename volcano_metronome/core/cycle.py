@@ -18,7 +18,9 @@ def schedule(snapshot: Snapshot, pending: Sequence[Gang], policy: Policy,
              now_s: float = 0.0) -> list[Decision | NoFit]:
     """Decide every pending gang in policy order; placed gangs are assumed into ``snapshot``.
 
-    A gang that does not fit does not block the ones behind it (Kueue's BestEffortFIFO).
+    A gang that does not fit does not block the ones behind it (Kueue's BestEffortFIFO). No gang is held back
+    (``core.holding`` needs how long each has been held, which the shells keep: ``controller.deciding`` and the
+    simulator's policy call ``core.holding.decide_or_hold`` instead).
     """
     out: list[Decision | NoFit] = []
     for gang in order(pending, policy, now_s):

@@ -20,8 +20,7 @@ room that is already there, clean, takes it (round 19).
 from __future__ import annotations
 
 from volcano_metronome.core.decision import Decision, NoFit, cost_per_slot, decide
-from volcano_metronome.core.model import Gang
-from volcano_metronome.core.model import Policy
+from volcano_metronome.core.model import Gang, Policy
 from volcano_metronome.core.snapshot import Snapshot
 
 #: Expected collisions (ms, both sides) per ms of time from which a free placement is held back.
@@ -50,7 +49,8 @@ def hold(snapshot: Snapshot, decision: Decision, policy: Policy, held_s: float) 
         f"({policy.max_hold_s:g} s) after it was first held, then is placed where it fits"))
 
 
-def decide_or_hold(snapshot: Snapshot, gang: Gang, policy: Policy, held_s: float, earliest: int = 0) -> Decision | NoFit:
+def decide_or_hold(snapshot: Snapshot, gang: Gang, policy: Policy, held_s: float,
+                   earliest: int = 0) -> Decision | NoFit:
     """``core.decision.decide``, held back where ``hold`` says so unless a domain no gang uses holds the gang
     below the bound (``held_s``: how long it has been held so far)."""
     result = decide(snapshot, gang, policy, earliest)

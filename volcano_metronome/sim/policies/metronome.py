@@ -1,8 +1,9 @@
 """``metronome``: the product's own scheduling core, exactly as the controller drives it.
 
 Per cycle: the pending gangs with room (``common.placeable``), in the QueuePolicy's order
-(``core.ordering.order``: priority, aging, FIFO), each decided by ``core.decision.decide`` against the
-live ``core.snapshot.Snapshot``, held back where ``core.holding`` says so, else assumed with
+(``core.ordering.order``: priority, aging, FIFO), each decided by ``core.holding.decide_or_hold``
+(``core.decision.decide``, held back where ``core.holding`` says so) against the live
+``core.snapshot.Snapshot``, else assumed with
 ``core.cycle.commit`` (this is ``core.cycle.schedule`` unrolled so that each decision is timed on its
 own). Then, if the links touched by this cycle's placements or by departures since the
 last cycle carry overflow, ``core.reoptimize.reoptimise`` moves offsets of the gangs on those links
@@ -81,7 +82,8 @@ class Metronome(SimPolicy):
             started = time.perf_counter()
             # The absolute slot: right whichever period (grid, local or exact snap) the gang gets.
             earliest = first_slot(now, self.snapshot.grid)
-            result = decide_or_hold(self.snapshot, gang, self.policy, now - self.held_since.get(gang.uid, now), earliest)
+            held_s = now - self.held_since.get(gang.uid, now)
+            result = decide_or_hold(self.snapshot, gang, self.policy, held_s, earliest)
             elapsed = (time.perf_counter() - started) * 1000.0
             if not isinstance(result, Decision):
                 if result.reason.startswith(HELD) and gang.uid not in self.held_since:
