@@ -79,8 +79,8 @@ def test_a_gang_about_to_be_held_takes_an_untouched_rack_where_one_holds_it_clea
 
 def test_with_no_untouched_rack_the_gang_is_held() -> None:
     snap, d = beside_a_twin(180.0)
-    held = decide_or_hold(snap, gang("b", gpus=1, start=0.0, length=180.0), POLICY, 0.0)
-    assert isinstance(held, NoFit) and held.reason == hold(snap, d, POLICY, 0.0).reason  # type: ignore[union-attr]
+    held, expected = decide_or_hold(snap, gang("b", gpus=1, start=0.0, length=180.0), POLICY, 0.0), hold(snap, d, POLICY, 0.0)
+    assert isinstance(held, NoFit) and expected is not None and held.reason == expected.reason
     assert isinstance(decide_or_hold(snap, gang("b", gpus=1, start=0.0, length=180.0), POLICY, 60.0), Decision)
 
 
