@@ -24,9 +24,9 @@ NOW = 1_700_000_000.0
 PROFILE = {"period_ms": 200.0, "windows": [{"start_ms": 10, "len_ms": 180, "gbps": 100}], "jitter_ms": 0}
 
 
-def add_gang(f: FakeApi, name: str, profile: dict = PROFILE) -> None:
-    f.put(kube.PODGROUPS, b.podgroup(NS, name, 3, gpus=4, profile=profile))
-    for p in b.gang_pods(NS, name, 3, gpus=4, profile=profile):
+def add_gang(f: FakeApi, name: str, profile: dict = PROFILE, gpus: int = 4) -> None:
+    f.put(kube.PODGROUPS, b.podgroup(NS, name, 3, gpus=gpus, profile=profile))
+    for p in b.gang_pods(NS, name, 3, gpus=gpus, profile=profile):
         f.put(kube.PODS, p)
 
 
@@ -51,6 +51,17 @@ def cluster() -> tuple[FakeApi, list[float], Controller]:
         f.put(kube.NODES, b.node(f"n{i}", gpus=8, rack="r0"))
     now = [NOW]
     return f, now, controller(f, now)
+
+
+def second_held() -> tuple[FakeApi, list[float], Controller]:
+    """``cluster()`` with gang ``first`` placed at NOW and gang ``second`` held from NOW + 1 s."""
+    f, now, ctl = cluster()
+    add_gang(f, "first")
+    ctl.cycle()
+    now[0] = NOW + 1.0
+    add_gang(f, "second")
+    ctl.cycle()
+    return f, now, ctl
 
 
 def test_a_gang_that_would_collide_at_every_phase_waits_then_is_placed_when_its_hold_runs_out() -> None:
@@ -87,12 +98,7 @@ def test_a_gang_that_would_collide_at_every_phase_waits_then_is_placed_when_its_
 def test_a_new_leader_counts_the_hold_from_the_claim_not_from_its_own_start() -> None:
     """A restart (or a leader change) forgets the in-memory holds; the claim's heldSince keeps the bound one
     maxHoldSeconds after the first hold, not one after the new leader's first cycle."""
-    f, now, ctl = cluster()
-    add_gang(f, "first")
-    ctl.cycle()
-    now[0] = NOW + 1.0
-    add_gang(f, "second")
-    ctl.cycle()
+    f, now, _ = second_held()
     assert not claimed_nodes(f, "second") and status(f, "second")["heldSince"] == format_time(NOW + 1.0)
 
     now[0] = NOW + 40.0
@@ -117,9 +123,7 @@ def test_a_gang_takes_a_rack_no_gang_uses_rather_than_wait() -> None:
     now = [NOW]
     ctl = controller(f, now)
     for name in ("first", "second"):
-        f.put(kube.PODGROUPS, b.podgroup(NS, name, 3, gpus=1, profile=PROFILE))
-        for p in b.gang_pods(NS, name, 3, gpus=1, profile=PROFILE):
-            f.put(kube.PODS, p)
+        add_gang(f, name, gpus=1)
         ctl.cycle()
         now[0] += 1.0
     first, second = claimed_nodes(f, "first"), claimed_nodes(f, "second")
@@ -130,12 +134,7 @@ def test_a_gang_takes_a_rack_no_gang_uses_rather_than_wait() -> None:
 def test_a_held_gang_keeps_its_first_hold_while_it_does_not_fit() -> None:
     """The bound runs from the first hold, as in the simulator: a cycle in which the gang does not fit at all
     neither restarts nor ends it."""
-    f, now, ctl = cluster()
-    add_gang(f, "first")
-    ctl.cycle()
-    now[0] = NOW + 1.0
-    add_gang(f, "second")
-    ctl.cycle()
+    f, now, ctl = second_held()
     (uid,) = ctl.held
     # A light third gang takes every free GPU: the held one no longer fits, and keeps its hold's start.
     add_gang(f, "light", {"period_ms": 200.0, "windows": [{"start_ms": 10, "len_ms": 10, "gbps": 10}], "jitter_ms": 0})

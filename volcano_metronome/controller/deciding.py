@@ -20,7 +20,7 @@ from volcano_metronome.core.cycle import commit
 from volcano_metronome.core.decision import Decision, NoFit
 from volcano_metronome.core.errors import InvalidInput
 from volcano_metronome.core.grid import lay_out
-from volcano_metronome.core.holding import HELD, decide_or_hold
+from volcano_metronome.core.holding import HELD, decide_or_hold, is_hold
 from volcano_metronome.core.model import Gang, Policy
 from volcano_metronome.core.ordering import order
 from volcano_metronome.core.reoptimize import Move, reoptimise
@@ -121,7 +121,7 @@ def decide(world: World, settings: Settings, now_s: float, clock: Callable[[], f
             t0 = clock() if clock is not None else 0.0
             since = held.get(gang.uid, now_s)
             results[gang.uid] = result = _decide_one(snap, gang, pol, now_s - since)
-            if isinstance(result, NoFit) and result.reason.startswith(HELD):
+            if is_hold(result):
                 still[gang.uid] = since
                 until.append(since + pol.max_hold_s)
             elif isinstance(result, NoFit) and gang.uid in held:  # no room now: its hold still counts from then

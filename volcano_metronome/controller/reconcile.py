@@ -267,7 +267,7 @@ def _place(gang: GangView, d: Decision, settings: Settings, now_s: float, now_ms
         "epoch": epoch, "links": list(d.links), "predictedOverflowGbpsMs": round(d.overflow_gbps_ms, 6),
         "feasible": d.feasible, "locked": locked, "decidedAt": format_time(now_s), "conditions": conds,
     }
-    if gang.held_since is not None:
+    if gang.claim is not None and HELD_SINCE in gang.claim.status:
         status[HELD_SINCE] = None  # merge patch: removed
     if gang.claim is not None:
         status["observedGeneration"] = gang.claim.generation

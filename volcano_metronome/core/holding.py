@@ -49,6 +49,11 @@ def hold(snapshot: Snapshot, decision: Decision, policy: Policy, held_s: float) 
         f"({policy.max_hold_s:g} s) after it was first held, then is placed where it fits"))
 
 
+def is_hold(result: Decision | NoFit) -> bool:
+    """Whether ``result`` is a gang held back (a NoFit ``hold`` wrote)."""
+    return isinstance(result, NoFit) and result.reason.startswith(HELD)
+
+
 def decide_or_hold(snapshot: Snapshot, gang: Gang, policy: Policy, held_s: float,
                    earliest: int = 0) -> Decision | NoFit:
     """``core.decision.decide``, held back where ``hold`` says so unless a domain no gang uses holds the gang

@@ -32,7 +32,7 @@ import numpy as np
 
 from volcano_metronome.core.cycle import commit
 from volcano_metronome.core.decision import Decision
-from volcano_metronome.core.holding import HELD, decide_or_hold
+from volcano_metronome.core.holding import decide_or_hold, is_hold
 from volcano_metronome.core.reoptimize import reoptimise
 from volcano_metronome.core.snapshot import Snapshot
 from volcano_metronome.scenario import JobSpec
@@ -86,7 +86,7 @@ class Metronome(SimPolicy):
             result = decide_or_hold(self.snapshot, gang, self.policy, held_s, earliest)
             elapsed = (time.perf_counter() - started) * 1000.0
             if not isinstance(result, Decision):
-                if result.reason.startswith(HELD) and gang.uid not in self.held_since:
+                if is_hold(result) and gang.uid not in self.held_since:
                     # First held: one wake-up when its wait runs out.
                     self.held_since[gang.uid] = now
                     self._wakeups.append(now + self.policy.max_hold_s)
