@@ -92,19 +92,23 @@ def preempting_queue(stack: Stack, k: kube.Kube, upstream: pathlib.Path) -> Iter
                60, lambda: f"{CLUSTER_QUEUE} Active\n{stack.logs('kueue')}")
     yield
     selector = f"{api.KUEUE_QUEUE_NAME}={LOCAL_QUEUE}"
-    owners: set[str] = set()
-    for resource in (PYTORCHJOBS, kube.BATCH_JOBS):
-        for job in k.list(resource, NAMESPACE, label_selector=selector)["items"]:
-            owners.add(job["metadata"]["uid"])
-            k.request("DELETE", resource.path(NAMESPACE, objects.name(job)), body={"propagationPolicy": "Background"})
+    jobs = [(resource, job) for resource in (PYTORCHJOBS, kube.BATCH_JOBS)
+            for job in k.list(resource, NAMESPACE, label_selector=selector)["items"]]
+    owners = {job["metadata"]["uid"] for _, job in jobs}
+    # Their claims are owned by the Workloads: waited out too, so that no write of ours on them (the controller
+    # releasing or deleting them) lands in the next test, which may count the API server's writes.
+    owners |= {w["metadata"]["uid"] for w in k.list(kube.WORKLOADS, NAMESPACE)["items"]
+               if any(ref.get("uid") in owners for ref in w["metadata"].get("ownerReferences") or [])}
+    for resource, job in jobs:
+        k.request("DELETE", resource.path(NAMESPACE, objects.name(job)), body={"propagationPolicy": "Background"})
 
     def left() -> list[str]:
-        return [objects.name(o) for resource in (kube.WORKLOADS, kube.PODS)
+        return [objects.name(o) for resource in (kube.WORKLOADS, kube.PODS, kube.CLAIMS)
                 for o in k.list(resource, NAMESPACE)["items"]
                 if any(ref.get("uid") in owners for ref in o["metadata"].get("ownerReferences") or [])]
 
-    wait_until(lambda: not left(), TIMEOUT, lambda: f"the garbage collector removing the jobs' Workloads and pods: "
-                                                    f"{left()}")
+    wait_until(lambda: not left(), TIMEOUT, lambda: f"the garbage collector removing the jobs' Workloads, pods and "
+                                                    f"claims: {left()}")
     k.delete(kube.LOCAL_QUEUES, NAMESPACE, LOCAL_QUEUE)
     k.delete(kube.CLUSTER_QUEUES, None, CLUSTER_QUEUE)
     for name in (LOW, HIGH):
