@@ -51,7 +51,7 @@ def test_simulate_prints_the_table_and_writes_json_and_plots(tmp_path: pathlib.P
     assert all(fields <= set(f) for f in doc["policies"].values())
     assert set(doc["gains"]["metronome_vs_default"]) == {"avg_jct_reduction_pct", "p99_jct_reduction_pct",
                                                          "bottleneck_utilization_gain_pct",
-                                                         "contention_excess_recovered_pct"}
+                                                         "contention_excess_recovered_pct", "queueing_share_pct"}
     for png in ("jct_cdf.png", "busiest_link.png", "tdm_circle.png"):
         assert (tmp_path / "plots" / png).read_bytes()[:4] == b"\x89PNG"
 

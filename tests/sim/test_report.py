@@ -52,7 +52,7 @@ def test_gains_and_medians_over_seeds() -> None:
     g = gains({"metronome": fig(75.0, 50.0, 0.6, 1.0), "default": fig(100.0, 100.0, 0.5, 4.0)})
     assert g == {"metronome_vs_default": {"avg_jct_reduction_pct": 25.0, "p99_jct_reduction_pct": 50.0,
                                           "bottleneck_utilization_gain_pct": 20.0,
-                                          "contention_excess_recovered_pct": 75.0}}
+                                          "contention_excess_recovered_pct": 75.0, "queueing_share_pct": None}}
     # No excess to recover: no figure (not 0 %, not 100 %).
     g = gains({"metronome": fig(75.0, 50.0, 0.6, 0.0), "default": fig(100.0, 100.0, 0.5, 0.0)})
     assert g["metronome_vs_default"]["contention_excess_recovered_pct"] is None
@@ -67,6 +67,38 @@ def test_gains_and_medians_over_seeds() -> None:
     assert report["gains"]["metronome_vs_default"]["avg_jct_reduction_pct"] == 0.0
     assert [s["seed"] for s in report["per_seed"]] == [0, 1, 2]
     assert report["targets"]["metronome_vs_default.avg_jct_reduction_pct"]["met"] is False
+
+
+def test_the_gap_to_a_policy_is_split_into_queueing_and_running_time() -> None:
+    def fig(avg: float, queue: float) -> dict[str, Any]:
+        return {"avg_jct_s": avg, "avg_queue_s": queue, "p99_jct_s": avg, "bottleneck_utilization": 0.5}
+
+    # 100 -> 80 s, of which the queue 30 -> 15 s: 15 of the 20 s are queueing.
+    g = gains({"metronome": fig(80.0, 15.0), "default": fig(100.0, 30.0)})["metronome_vs_default"]
+    assert g["queueing_share_pct"] == 75.0
+    # The queue shrank by more than the gap: running times grew (a share above 100 %).
+    assert gains({"metronome": fig(90.0, 0.0), "default": fig(100.0, 20.0)})["metronome_vs_default"][
+        "queueing_share_pct"] == 200.0
+    # Within 1 %: no gap to split, whatever the queues did.
+    assert gains({"metronome": fig(99.05, 0.0), "default": fig(100.0, 20.0)})["metronome_vs_default"][
+        "queueing_share_pct"] is None
+    # Issue 12's bar against default carries the split, and the table says it.
+    report = {"policies": {"metronome": fig(80.0, 15.0), "default": fig(100.0, 30.0)},
+              "gains": gains({"metronome": fig(80.0, 15.0), "default": fig(100.0, 30.0)})}
+    t = issue12_targets(report)["vs_default.avg_jct_reduction_pct"]
+    assert (t["value"], t["met"], t["queueing_share_pct"]) == (20.0, True, 75.0)
+    assert issue12_targets({**report, "gains": gains({"metronome": fig(81.0, 15.0), "default": fig(100.0, 30.0)})})[
+        "vs_default.avg_jct_reduction_pct"]["met"] is False  # -19 % is short of -19.5 %
+
+
+def test_the_table_says_how_much_of_a_gap_is_queueing() -> None:
+    def run(policy: str, start: float, end: float) -> RunResult:
+        return result([job("a", 0.0, start, end)], [1.0] * 20, [1.0] * 20, policy)
+
+    text = table(compare("s", [0], {"metronome": [run("metronome", 1.0, 5.0)], "default": [run("default", 4.0, 10.0)]}))
+    # JCT 10 -> 5 s, queue 4 -> 1 s: 60 % of the gap is queueing.
+    assert "vs default            avg JCT -50.0% (60% of it queueing)" in text
+    assert "vs_default.avg_jct_reduction_pct" in text and "met (50.0; 60% of it queueing)" in text
 
 
 def test_link_sharing_counts_are_summed_and_fractions_pooled_over_seeds() -> None:
