@@ -13,6 +13,7 @@ BENCHMARKS = {
     "pipeline": "submission to bound, Volcano or Kueue alone and with metronome, on the local stack",
     "regimes": "a grid of generated scenarios: where metronome's offsets pay, and do-no-harm on each",
     "fuzz": "random generated scenarios: crashes, and do-no-harm on each",
+    "floor": "a baseline against itself with one job one iteration longer: the noise of one seed",
 }
 
 

@@ -10,6 +10,10 @@ one looked. A hand-run prototype of this generator found three bugs: a per-worke
 refused a DGX H100 scenario (eight 400 Gbps NICs per node), gangs on links slower than their bursts
 never locking, and alternative racks that opened untouched racks later gangs needed.
 
+With ``--floor`` every scenario also runs ``volcano-topology`` against itself with one job one
+iteration longer (``bench.floor``): how often one seed leaves the 0.5 % band by chance, to read the
+misses against.
+
 A scenario that raises, in the parser (the generator wrote an invalid scenario) or in the simulator,
 is recorded with its traceback and the run goes on; the process exits 1 if any did, so it can gate.
 The figures are not targets: random scenarios, usually one seed.
@@ -29,6 +33,7 @@ from typing import Any, Mapping, Sequence
 
 import yaml
 
+from volcano_metronome.bench import floor
 from volcano_metronome.bench.regimes import NO_HARM_KEYS, POLICIES, fixed, verdicts
 from volcano_metronome.catalog import builtin
 from volcano_metronome.catalog.models import ALL_TO_ALL_MODELS, MODELS
@@ -165,8 +170,12 @@ def execution_summary(block: Mapping[str, Any] | None) -> str:
     return "+".join(flags) or "steady"
 
 
-def run_one(index: int, seeds: int, execution: str = "any", small: bool = False) -> dict[str, Any]:
-    """Generate, parse and simulate scenario ``index``: its row, or a crash record (never raises)."""
+def run_one(index: int, seeds: int, execution: str = "any", small: bool = False,
+            with_floor: bool = False) -> dict[str, Any]:
+    """Generate, parse and simulate scenario ``index``: its row, or a crash record (never raises).
+
+    ``with_floor``: the row also carries ``volcano-topology`` against itself, one job one iteration
+    longer (``bench.floor``), on every seed."""
     started = time.process_time()
     data: dict[str, Any] | None = None
     stage = "generate"
@@ -180,18 +189,22 @@ def run_one(index: int, seeds: int, execution: str = "any", small: bool = False)
         load = offered_load(sim.generate, sim.scenario, sim.execution.overlap)
         stage = "simulate"
         report, _ = simulate(sim, POLICIES, list(range(seeds)))
-        return row(index, data, report, load, time.process_time() - started)
+        ratios = [r for seed in range(seeds) for r in floor.self_ratios(sim, seed)] if with_floor else None
+        return row(index, data, report, load, time.process_time() - started, ratios)
     except Exception as exc:  # a crash is what this command hunts: record it and go on
         return {"index": index, "scenario": data["name"] if data else f"fuzz-{index}", "stage": stage,
                 "error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()[-1500:],
                 "cpu_s": round(time.process_time() - started, 1)}
 
 
-def row(index: int, data: Mapping[str, Any], report: Mapping[str, Any], load: float, cpu_s: float) -> dict[str, Any]:
-    """One scenario's entry: what was drawn, every policy's figures, do-no-harm ratios (worst seed) and verdicts."""
+def row(index: int, data: Mapping[str, Any], report: Mapping[str, Any], load: float, cpu_s: float,
+        floor_ratios: Sequence[float] | None = None) -> dict[str, Any]:
+    """One scenario's entry: what was drawn, every policy's figures, do-no-harm ratios (worst seed) and verdicts
+    (and ``floor``, ``volcano-topology`` against itself, where measured)."""
     policies = report["policies"]
     targets = verdicts(report)
     excess = policies["volcano-topology"]["contention_excess"]
+    extra = {} if floor_ratios is None else {"floor": list(floor_ratios)}
     return {
         "index": index,
         "scenario": data["name"],
@@ -212,6 +225,7 @@ def row(index: int, data: Mapping[str, Any], report: Mapping[str, Any], load: fl
         "held_gangs": policies["metronome"].get("held_gangs"),
         "attribution": {name: [_ratio(seed["policies"], ours, theirs) for seed in report["per_seed"]]
                         for name, (ours, theirs) in ATTRIBUTION.items()},
+        **extra,
         "cpu_s": round(cpu_s, 1),
     }
 
@@ -233,10 +247,18 @@ def summary(rows: Sequence[Mapping[str, Any]], crashes: Sequence[Mapping[str, An
                       else {"value": None, "index": None, "seed": None})
     misses = [{"index": r["index"], "scenario": r["scenario"], "target": key, "value": r["ratios"][key],
                "seed": r["worst_seed"][key]} for r in rows for key in NO_HARM_KEYS if not r["met"][key]]
-    return {"scenarios": len(rows) + len(crashes), "crashes": len(crashes),
-            "crashed": [c["index"] for c in crashes], "counts": counts, "worst": worst, "no_harm_misses": misses,
-            "contended": sum(1 for r in rows if r["contended"]), "attribution": attribution(rows),
-            "cpu_s": round(sum(r["cpu_s"] for r in (*rows, *crashes)), 1)}
+    out = {"scenarios": len(rows) + len(crashes), "crashes": len(crashes),
+           "crashed": [c["index"] for c in crashes], "counts": counts, "worst": worst, "no_harm_misses": misses,
+           "contended": sum(1 for r in rows if r["contended"]), "attribution": attribution(rows),
+           "cpu_s": round(sum(r["cpu_s"] for r in (*rows, *crashes)), 1)}
+    measured = [r for r in rows if "floor" in r]
+    if measured:
+        out["floor"] = floor.summary([v for r in measured for v in r["floor"]])
+        # The same, on the scenarios where metronome's own placements differ from Volcano's binpack or offsets
+        # were used: where a comparison can move at all.
+        moved = [r for r in measured if any(v is not None and abs(v - 1.0) > 1e-4 for v in r["attribution"]["both"])]
+        out["floor_where_metronome_differs"] = floor.summary([v for r in moved for v in r["floor"]])
+    return out
 
 
 def attribution(rows: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -277,6 +299,10 @@ def table(rows: Sequence[Mapping[str, Any]], crashes: Sequence[Mapping[str, Any]
         a = summ["attribution"][name]
         lines.append(f"  {name:<10}{ours + ' / ' + theirs:<36}{fixed(a['geometric_mean'], 4, 0)}"
                      f" ({a['faster']} / {a['slower']} of {a['seeds']})")
+    if "floor" in summ:
+        lines.append(floor.line(summ["floor"]))
+        lines.append("  on the scenarios where metronome differs from it: "
+                     + floor.line(summ["floor_where_metronome_differs"]).split(": ", 1)[1])
     lines.append(f"{summ['scenarios']} scenarios, {summ['crashes']} crashed"
                  + (f" ({', '.join(map(str, summ['crashed']))})" if summ["crashed"] else "")
                  + f", {summ['contended']} contended (volcano-topology excess >= {100 * SHARED_EXCESS:g} %), "
@@ -285,18 +311,18 @@ def table(rows: Sequence[Mapping[str, Any]], crashes: Sequence[Mapping[str, Any]
 
 
 def run(indices: Sequence[int], seeds: int, execution: str = "any", small: bool = False,
-        say: bool = True) -> dict[str, Any]:
+        say: bool = True, with_floor: bool = False) -> dict[str, Any]:
     """Run every scenario of ``indices``; the JSON document."""
     rows: list[dict[str, Any]] = []
     crashes: list[dict[str, Any]] = []
     for n, index in enumerate(indices):
-        entry = run_one(index, seeds, execution, small)
+        entry = run_one(index, seeds, execution, small, with_floor)
         (crashes if "error" in entry else rows).append(entry)
         if say:
             what = f"CRASH {entry['error'][:120]}" if "error" in entry else "ok"
             print(f"[{n + 1}/{len(indices)}] {entry['scenario']}: {what}, {entry['cpu_s']} s of CPU",
                   file=sys.stderr, flush=True)
-    return {"run": {"indices": list(indices), "seeds": seeds, "execution": execution, "quick": small,
+    return {"run": {"indices": list(indices), "seeds": seeds, "execution": execution, "quick": small, "floor": with_floor,
                     "policies": list(POLICIES), "models": list(MODEL_NAMES)},
             "scenarios": rows, "crashes": crashes, "summary": summary(rows, crashes)}
 
@@ -317,6 +343,9 @@ def main(argv: list[str] | None = None) -> int:
                              f"to {QUICK_ITERATIONS[1]} iterations")
     parser.add_argument("--json", action="store_true", help="print the JSON on stdout (the table goes to stderr)")
     parser.add_argument("--write", metavar="DIR", help="also write every scenario as DIR/fuzz-I.yaml")
+    parser.add_argument("--floor", action="store_true",
+                        help="also run volcano-topology against itself, one job one iteration longer (bench floor): "
+                             "how often one seed misses the 0.5 %% band by chance")
     args = parser.parse_args(argv)
     count = args.count if args.count is not None else QUICK_SCENARIOS if args.quick else DEFAULT_COUNT
     if count < 1:
@@ -333,7 +362,7 @@ def main(argv: list[str] | None = None) -> int:
             data = scenario(index, args.execution)
             (folder / f"fuzz-{index}.yaml").write_text(scenario_yaml(quick(data) if args.quick else data),
                                                        encoding="utf-8")
-    doc = run(indices, args.seeds, args.execution, args.quick)
+    doc = run(indices, args.seeds, args.execution, args.quick, with_floor=args.floor)
     text = table(doc["scenarios"], doc["crashes"], doc["summary"])
     if args.json:
         print(json.dumps(doc, indent=2))
