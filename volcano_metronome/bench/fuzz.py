@@ -11,7 +11,7 @@ refused a DGX H100 scenario (eight 400 Gbps NICs per node), gangs on links slowe
 never locking, and alternative racks that opened untouched racks later gangs needed.
 
 With ``--floor`` every scenario also runs ``volcano-topology`` against itself with one job one
-iteration longer (``bench.floor``): how often one seed leaves the 0.5 % band by chance, to read the
+iteration longer (``sim.floor``): how often one seed leaves the 0.5 % band by chance, to read the
 misses against.
 
 A scenario that raises, in the parser (the generator wrote an invalid scenario) or in the simulator,
@@ -33,10 +33,10 @@ from typing import Any, Mapping, Sequence
 
 import yaml
 
-from volcano_metronome.bench import floor
 from volcano_metronome.bench.regimes import NO_HARM_KEYS, POLICIES, fixed, verdicts
 from volcano_metronome.catalog import builtin
 from volcano_metronome.catalog.models import ALL_TO_ALL_MODELS, MODELS
+from volcano_metronome.sim import floor
 from volcano_metronome.sim.report import SHARED_EXCESS
 from volcano_metronome.sim.runner import simulate
 from volcano_metronome.sim.workload import offered_load, parse_sim
@@ -175,7 +175,7 @@ def run_one(index: int, seeds: int, execution: str = "any", small: bool = False,
     """Generate, parse and simulate scenario ``index``: its row, or a crash record (never raises).
 
     ``with_floor``: the row also carries ``volcano-topology`` against itself, one job one iteration
-    longer (``bench.floor``), on every seed."""
+    longer (``sim.floor``), on every seed."""
     started = time.process_time()
     data: dict[str, Any] | None = None
     stage = "generate"

@@ -1,4 +1,4 @@
-"""``volcano-metronome simulate SCENARIO [--policies ...] [--seeds N] [--json FILE] [--plot DIR]``."""
+"""``volcano-metronome simulate SCENARIO [--policies ...] [--seeds N] [--json FILE] [--plot DIR] [--floor]``."""
 
 from __future__ import annotations
 
@@ -20,12 +20,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--plot", metavar="DIR", help="write PNG figures into DIR")
     parser.add_argument("--catalog", metavar="FILE", help="YAML file of extra catalog models")
     parser.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    parser.add_argument("--floor", action="store_true",
+                        help="also run volcano-topology against itself with one job one iteration longer, 3 runs a "
+                             "seed: how far one seed moves by chance (the report's `floor`)")
 
 
 def run(args: argparse.Namespace) -> int:
     """Simulate, print the comparison, write what was asked for."""
     from volcano_metronome.commands.files import load_sim_scenario
     from volcano_metronome.core.errors import InvalidInput
+    from volcano_metronome.sim import floor
     from volcano_metronome.sim.policies import parse_names
     from volcano_metronome.sim.report import table
     from volcano_metronome.sim.runner import simulate, terminal_progress
@@ -40,10 +44,14 @@ def run(args: argparse.Namespace) -> int:
     if args.plot:
         check_output(args.plot, "--plot", folder=True)
     report, runs = simulate(sim, policies, list(range(count)), None if args.quiet else terminal_progress())
+    if args.floor:
+        report["floor"] = floor.measure(sim, list(range(count)))
     if args.json == "-":
         print(json.dumps(report, indent=2))
     else:
         print(table(report))
+        if args.floor:
+            print(floor.line(report["floor"]["summary"]))
         if args.json:
             write_json(report, args.json)
             print(f"\nreport: {args.json}")
