@@ -32,8 +32,8 @@ STATUS_FIELDS = {
     "QueuePolicy": {"observedGeneration", "conditions", "pendingGangs", "placedGangs"},
 }
 PRINTER_COLUMNS = {
-    "STBandwidthClaim": ["Gang", "Kind", "Placed", "Offset", "Period", "Locked", "Nodes", "Priority", "Overflow",
-                         "Age"],
+    "STBandwidthClaim": ["Gang", "Kind", "Placed", "Reason", "Offset", "Period", "Locked", "Nodes", "Priority",
+                         "Overflow", "Held", "Age"],
     "STBandwidthCapacity": ["Capacity", "Tier", "Direction", "Nodes", "Age"],
     "QueuePolicy": ["Ordering", "Tolerance", "Pending", "Placed", "Ready", "Age"],
 }
@@ -200,6 +200,9 @@ def test_printer_columns_point_at_fields(kind: str) -> None:
 def test_placed_column_reads_the_placed_condition() -> None:
     columns = {c["name"]: c for c in CRDS["STBandwidthClaim"]["spec"]["versions"][0]["additionalPrinterColumns"]}
     assert columns["Placed"]["jsonPath"] == '.status.conditions[?(@.type=="Placed")].status'
+    # Why it waits: the NoFit condition's reason (HeldForContention, ...), which reads Placed once placed.
+    assert columns["Reason"]["jsonPath"] == '.status.conditions[?(@.type=="NoFit")].reason'
+    assert columns["Held"]["jsonPath"] == ".status.heldSince" and columns["Held"]["type"] == "date"
 
 
 def _upstream_names() -> dict[str, str]:

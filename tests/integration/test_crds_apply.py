@@ -16,6 +16,7 @@ from __future__ import annotations
 import copy
 import json
 import pathlib
+import re
 import ssl
 import subprocess
 import urllib.request
@@ -188,25 +189,40 @@ def _ssl_context(plane: ControlPlane) -> ssl.SSLContext:
     return context
 
 
-def test_printer_columns_show_the_decision(client: ApiClient, control_plane: ControlPlane, namespace: str,
-                                           created: list[dict[str, Any]]) -> None:
-    placed = _unique(load_manifests(REPO / "crds" / "examples" / "stbandwidthclaim-placed.yaml")[0], namespace, "")
-    status = placed.pop("status")
-    client.apply(placed)
-    created.append(placed)
-    client.apply({**placed, "status": status}, subresource="status")
+def _table_cells(client: ApiClient, control_plane: ControlPlane, namespace: str, created: list[dict[str, Any]],
+                 example: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Create the example claim with its status; the cells of its row as the API server prints it."""
+    claim = _unique(load_manifests(REPO / "crds" / "examples" / example)[0], namespace, "")
+    status = claim.pop("status")
+    client.apply(claim)
+    created.append(claim)
+    client.apply({**claim, "status": status}, subresource="status")
     resource = client.resource(api.API_VERSION, "STBandwidthClaim")
     request = urllib.request.Request(
-        control_plane.server_url + resource.path(namespace, placed["metadata"]["name"]),
+        control_plane.server_url + resource.path(namespace, claim["metadata"]["name"]),
         headers={"Accept": "application/json;as=Table;v=v1;g=meta.k8s.io"})
     with urllib.request.urlopen(request, context=_ssl_context(control_plane), timeout=30) as response:
         table = json.loads(response.read())
     columns = [c["name"] for c in table["columnDefinitions"]]
-    cells = dict(zip(columns, table["rows"][0]["cells"]))
+    return claim, dict(zip(columns, table["rows"][0]["cells"]))
+
+
+def test_printer_columns_show_the_decision(client: ApiClient, control_plane: ControlPlane, namespace: str,
+                                           created: list[dict[str, Any]]) -> None:
+    placed, cells = _table_cells(client, control_plane, namespace, created, "stbandwidthclaim-placed.yaml")
     assert cells["Gang"] == placed["spec"]["gangRef"]["name"]
-    assert cells["Placed"] == "True"
+    assert cells["Placed"] == "True" and cells["Reason"] == "Placed"
     assert cells["Offset"] == 35 and cells["Period"] == 450
     assert "gpu-a-01" in str(cells["Nodes"])
+    assert cells["Held"] is None  # never held
+
+
+def test_printer_columns_say_why_a_gang_waits(client: ApiClient, control_plane: ControlPlane, namespace: str,
+                                              created: list[dict[str, Any]]) -> None:
+    _, cells = _table_cells(client, control_plane, namespace, created, "stbandwidthclaim-held.yaml")
+    assert cells["Placed"] == "False" and cells["Reason"] == "HeldForContention"
+    # A date column: the server prints the age of status.heldSince (2026-01-01), "332d" on 2026-11-29.
+    assert re.fullmatch(r"\d+[dy]\w*", str(cells["Held"])), cells["Held"]
 
 
 # ----------------------------------------------------------------------------- the rendered chart
