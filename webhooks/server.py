@@ -6,7 +6,8 @@
 * keep-alive 120 s, above the API server's 90 s idle timeout, so the client (not us) closes idle
   connections and never sends on one we are closing;
 * request bodies over 3 MiB get 413 (``app.MAX_BODY_BYTES``, read by the app's own body reader on
-  ``/mutate``; Flask's ``MAX_CONTENT_LENGTH`` elsewhere; gunicorn has no body limit);
+  ``/mutate``; Flask's ``MAX_CONTENT_LENGTH`` elsewhere; gunicorn has no body limit), then a lingering
+  close (``worker._linger``) so that the client reads it;
 * JSON access and error logs on stdout/stderr;
 * graceful shutdown on SIGTERM: requests in flight finish (up to ``graceful_timeout``), kept-alive
   connections are closed;

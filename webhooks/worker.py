@@ -46,6 +46,8 @@ BODY_SECONDS = 10.0
 WRITE_SECONDS = 10.0
 IDLE_POLL_SECONDS = 1.0
 DRAIN_BYTES = 64 * 1024  # unread body a connection may drain to serve another request
+LINGER_SECONDS = 2.0  # how long a connection refused a body (413) may go on reading it, to close cleanly
+LINGER_CHUNK = 256 * 1024
 
 log = logging.getLogger("volcano_metronome.webhook")
 
@@ -255,7 +257,8 @@ class WebhookWorker(GeventWorker):  # type: ignore[misc]  # gunicorn ships no ty
                 if conn.expired:  # the app answered a body that ran out of time (400): no more requests here
                     raise Expired(conn.expired)
                 if not _drained(req):
-                    break  # a body left unread (413): close rather than read megabytes nobody will use
+                    _linger(tls)  # a body left unread (413): no more requests, but let the client finish writing
+                    break
                 req = None
         except StopIteration:
             pass  # the client closed, or the response said Connection: close
@@ -376,6 +379,25 @@ def _http_date() -> bytes:
 def _remote(addr: Any) -> str:
     """``REMOTE_ADDR`` as gunicorn's environ has it."""
     return str(addr[0]) if isinstance(addr, tuple) else str(addr)
+
+
+def _linger(tls: ssl.SSLSocket) -> None:
+    """Half-close, then discard what the client still sends, for at most ``LINGER_SECONDS``.
+
+    Closing a socket with unread bytes resets the connection, and the reset can discard a response still
+    on its way, so a client that writes its whole body before it reads (the API server) saw a broken
+    connection instead of the 413. This is the lingering close of nginx and Apache: the response is
+    out, nothing else will be answered, the bytes are read undecrypted and thrown away.
+    """
+    deadline = time.monotonic() + LINGER_SECONDS
+    try:
+        tls.shutdown(socket.SHUT_WR)  # drops the TLS layer: what follows is read as raw bytes
+        while (left := deadline - time.monotonic()) > 0:
+            tls.settimeout(left)
+            if not tls.recv(LINGER_CHUNK):
+                return
+    except (OSError, ValueError):
+        return  # the client closed or reset, or the time ran out: close now
 
 
 def _drained(req: Any) -> bool:

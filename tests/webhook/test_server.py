@@ -8,6 +8,7 @@ import json
 import re
 import socket
 import ssl
+import threading
 
 import pytest
 
@@ -47,6 +48,30 @@ def test_unparseable_bodies_get_400_with_a_message(server: Server, body: bytes):
     assert status == 400
     assert headers["content-type"] == "application/json"
     assert json.loads(content)["error"].startswith("not an admission.k8s.io/v1 AdmissionReview")
+
+
+def test_a_client_sending_a_body_over_the_limit_reads_the_413(server: Server):
+    # The API server writes the whole body before it reads the answer. The server answers 413 from the
+    # headers and must not then close with that body unread: closing with unread bytes resets the
+    # connection, and the reset can discard the 413 on its way, so the client saw a broken connection
+    # instead of the reason. It half-closes and discards what arrives, for a bounded time.
+    body = b"x" * (16 * 1024 * 1024)
+    errors: list[BaseException] = []
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as raw:
+        with server.context.wrap_socket(raw, server_hostname="localhost") as tls:
+            def send() -> None:
+                try:
+                    tls.sendall(b"POST /mutate HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
+                                b"Content-Length: %d\r\n\r\n" % len(body) + body)
+                except OSError as exc:
+                    errors.append(exc)
+            sender = threading.Thread(target=send)
+            sender.start()
+            sender.join(timeout=20)
+            answer = http.client.HTTPResponse(tls)  # type: ignore[arg-type]
+            answer.begin()
+            assert answer.status == 413 and "3145728 bytes" in json.loads(answer.read())["error"]
+    assert not sender.is_alive() and errors == []  # every byte was taken, none refused by a reset
 
 
 def test_body_limit_is_3_mib(server: Server):
