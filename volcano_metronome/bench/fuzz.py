@@ -57,7 +57,7 @@ ATTRIBUTION: dict[str, tuple[str, str]] = {
     "both": ("metronome", "volcano-topology"),
 }
 #: A ratio counts as faster or slower only beyond this band (the do-no-harm bound's 0.5 %).
-BAND = 0.005
+BAND = floor.BAND
 
 
 def scenario(index: int, execution: str = "any") -> dict[str, Any]:
@@ -254,8 +254,8 @@ def summary(rows: Sequence[Mapping[str, Any]], crashes: Sequence[Mapping[str, An
     measured = [r for r in rows if "floor" in r]
     if measured:
         out["floor"] = floor.summary([v for r in measured for v in r["floor"]])
-        # The same, on the scenarios where metronome's own placements differ from Volcano's binpack or offsets
-        # were used: where a comparison can move at all.
+        # The same, on the scenarios where metronome's average JCT differs from Volcano's binpack's at all (by
+        # more than the ratios' rounding): where a comparison can move.
         moved = [r for r in measured if any(v is not None and abs(v - 1.0) > 1e-4 for v in r["attribution"]["both"])]
         out["floor_where_metronome_differs"] = floor.summary([v for r in moved for v in r["floor"]])
     return out
@@ -322,8 +322,8 @@ def run(indices: Sequence[int], seeds: int, execution: str = "any", small: bool 
             what = f"CRASH {entry['error'][:120]}" if "error" in entry else "ok"
             print(f"[{n + 1}/{len(indices)}] {entry['scenario']}: {what}, {entry['cpu_s']} s of CPU",
                   file=sys.stderr, flush=True)
-    return {"run": {"indices": list(indices), "seeds": seeds, "execution": execution, "quick": small, "floor": with_floor,
-                    "policies": list(POLICIES), "models": list(MODEL_NAMES)},
+    return {"run": {"indices": list(indices), "seeds": seeds, "execution": execution, "quick": small,
+                    "floor": with_floor, "policies": list(POLICIES), "models": list(MODEL_NAMES)},
             "scenarios": rows, "crashes": crashes, "summary": summary(rows, crashes)}
 
 
