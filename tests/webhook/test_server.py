@@ -75,8 +75,8 @@ def test_a_client_sending_a_body_over_the_limit_reads_the_413(server: Server):
 
 
 def test_body_limit_is_3_mib(server: Server):
-    # The server answers 413 from the headers alone, before the body arrives (and closes the connection
-    # rather than read megabytes nobody will use), so send only the headers and a little of the body.
+    # The server answers 413 from the headers alone, before the body arrives (and serves nothing more on
+    # that connection), so send only the headers and a little of the body.
     with socket.create_connection(("127.0.0.1", server.port), timeout=10) as raw:
         with server.context.wrap_socket(raw, server_hostname="localhost") as tls:
             tls.sendall(b"POST /mutate HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
@@ -86,7 +86,7 @@ def test_body_limit_is_3_mib(server: Server):
             assert answer.status == 413
             assert "3145728 bytes" in json.loads(answer.read())["error"]
             tls.settimeout(5)
-            assert tls.recv(1) == b""  # closed: the rest of the body is never read
+            assert tls.recv(1) == b""  # half-closed: no further request is served here
     # A chunked body gets 413 too, once it passes the limit (it has no length to refuse it by).
     conn = server.connection()
     conn.request("POST", "/mutate", body=iter([b"x" * 65536] * 64), encode_chunked=True,
