@@ -106,7 +106,7 @@ def test_rotation_under_load_loses_no_request(tmp_path: pathlib.Path):
             latest = in_place
             time.sleep(0.5)
         assert load.failures == []
-        assert load.ok > 100
+        assert load.ok > 100, f"only {load.ok} reviews answered during the rotations: too little load to tell"
         now = _peer_certificate(server)
         assert now.serial_number == latest.certificate().serial_number != first.serial_number
         status, _, text = server.request("GET", "/metrics")
