@@ -56,6 +56,17 @@ def test_measure_gives_every_seed_and_the_summary_of_all(sanity) -> None:  # typ
     assert all(r == pytest.approx(1.0033, abs=1e-4) for s in m["per_seed"] for r in s["ratios"])
 
 
+def test_a_base_the_report_already_ran_gives_the_same_floor(sanity, small) -> None:  # type: ignore[no-untyped-def]
+    from volcano_metronome.sim.runner import simulate
+
+    for sim in (sanity, small):
+        report, _ = simulate(sim, [floor.BASELINE, "metronome"], [0, 1])
+        bases = floor.known_bases(report)
+        assert set(bases) == {0, 1}
+        assert floor.measure(sim, [0, 1], bases=bases) == floor.measure(sim, [0, 1])
+    assert floor.known_bases(report, "cassini") == {}  # not run: nothing known
+
+
 def test_simulate_floor_puts_it_in_the_report_and_the_table() -> None:
     out = io.StringIO()
     with contextlib.redirect_stdout(out):

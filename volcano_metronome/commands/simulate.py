@@ -45,7 +45,7 @@ def run(args: argparse.Namespace) -> int:
         check_output(args.plot, "--plot", folder=True)
     report, runs = simulate(sim, policies, list(range(count)), None if args.quiet else terminal_progress())
     if args.floor:
-        report["floor"] = floor.measure(sim, list(range(count)))
+        report["floor"] = floor.measure(sim, list(range(count)), bases=floor.known_bases(report))
     if args.json == "-":
         print(json.dumps(report, indent=2))
     else:

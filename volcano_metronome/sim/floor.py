@@ -15,7 +15,7 @@ and divides its average JCT by the unchanged run's. ``bench floor``, ``bench fuz
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 from volcano_metronome.scenario import JobSpec
 from volcano_metronome.sim.engine import Engine
@@ -42,10 +42,12 @@ def lengthened(jobs: Sequence[JobSpec], index: int) -> tuple[JobSpec, ...]:
     return tuple(out)
 
 
-def self_ratios(sim: SimScenario, seed: int, policy: str = BASELINE) -> list[float]:
-    """``policy``'s average JCT with each pick lengthened, over its average JCT on the jobs as drawn."""
+def self_ratios(sim: SimScenario, seed: int, policy: str = BASELINE, base: float | None = None) -> list[float]:
+    """``policy``'s average JCT with each pick lengthened, over its average JCT on the jobs as drawn (``base``
+    where the caller already ran it, else run here)."""
     jobs = sim.jobs(seed)
-    base = figures(Engine(sim, jobs, policy, seed).run())["avg_jct_s"]
+    if base is None:
+        base = figures(Engine(sim, jobs, policy, seed).run())["avg_jct_s"]
     if not base:
         return []
     return [round(figures(Engine(sim, lengthened(jobs, i), policy, seed).run())["avg_jct_s"] / base, 4)
@@ -68,9 +70,16 @@ def line(s: dict[str, Any], policy: str = BASELINE) -> str:
             f"to {s['highest']:.4f}")
 
 
-def measure(sim: SimScenario, seeds: Sequence[int], policy: str = BASELINE) -> dict[str, Any]:
-    """``self_ratios`` on every seed, and their ``summary``: the report's ``floor``."""
-    ratios = {seed: self_ratios(sim, seed, policy) for seed in seeds}
+def known_bases(report: Mapping[str, Any], policy: str = BASELINE) -> dict[int, float]:
+    """``policy``'s average JCT per seed from a report that ran it (``sim.report.compare``): no need to run it again."""
+    return {s["seed"]: s["policies"][policy]["avg_jct_s"] for s in report["per_seed"] if policy in s["policies"]}
+
+
+def measure(sim: SimScenario, seeds: Sequence[int], policy: str = BASELINE,
+            bases: Mapping[int, float] | None = None) -> dict[str, Any]:
+    """``self_ratios`` on every seed, and their ``summary``: the report's ``floor`` (``bases``: ``known_bases``)."""
+    known = bases or {}
+    ratios = {seed: self_ratios(sim, seed, policy, known.get(seed)) for seed in seeds}
     return {"policy": policy, "picks": list(PICKS),
             "per_seed": [{"seed": seed, "ratios": r} for seed, r in ratios.items()],
             "summary": summary([v for r in ratios.values() for v in r])}
