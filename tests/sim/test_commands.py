@@ -49,7 +49,7 @@ def test_simulate_prints_the_table_and_writes_json_and_plots(tmp_path: pathlib.P
               "bottleneck_utilization", "avg_link_utilization", "makespan_s", "by_priority", "decision_ms_p50",
               "decision_ms_p99", "contention_excess", "avg_contention_excess_s"}
     assert all(fields <= set(f) for f in doc["policies"].values())
-    assert set(doc["gains"]["metronome_vs_default"]) == {"avg_jct_reduction_pct", "p99_jct_reduction_pct",
+    assert set(doc["gains"]["metronome_vs_default"]) == {"not_compared", "avg_jct_reduction_pct", "p99_jct_reduction_pct",
                                                          "bottleneck_utilization_gain_pct",
                                                          "contention_excess_recovered_pct", "queueing_share_pct"}
     for png in ("jct_cdf.png", "busiest_link.png", "tdm_circle.png"):
@@ -61,6 +61,32 @@ def test_simulate_json_to_stdout_with_chosen_policies(capsys: pytest.CaptureFixt
     doc = json.loads(capsys.readouterr().out)
     assert list(doc["policies"]) == ["metronome", "default"]
     assert doc["gains"]["metronome_vs_default"]["avg_jct_reduction_pct"] == pytest.approx(33.2, abs=0.2)
+
+
+#: Job a's ring crosses a 50 Gbps uplink at 100 Gbps: ``exclusive`` (peak reservation) never admits it.
+NEVER_ADMITTED = """
+name: never-admitted
+topology: {racks: 2, nodes_per_rack: 1, gpus_per_node: 1, nic_gbps: 100, uplink_gbps: 50}
+jobs:
+  - {name: a, workers: 2, gpus_per_worker: 1, iterations: 10,
+     profile: {period_ms: 200, windows: [{start_ms: 100, len_ms: 100, gbps: 100}]}}
+  - {name: b, workers: 1, gpus_per_worker: 1, iterations: 10,
+     profile: {period_ms: 200, windows: [{start_ms: 100, len_ms: 100, gbps: 100}]}}
+"""
+
+
+def test_a_baseline_that_never_ran_a_job_is_not_compared_on_the_jobs_it_ran(
+        tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "s.yaml").write_text(NEVER_ADMITTED)
+    assert main(["simulate", str(tmp_path / "s.yaml"), "--policies", "metronome,exclusive", "--quiet"]) == 0
+    out = capsys.readouterr().out
+    # Its average covers job b alone (2 s), metronome's both: a 50 % "loss" that is no comparison.
+    assert "exclusive           1/2 " in out
+    assert "vs exclusive          not compared: exclusive completed 1 of 2 jobs, metronome 2 of 2" in out
+    assert main(["simulate", str(tmp_path / "s.yaml"), "--policies", "metronome,exclusive", "--json", "-",
+                 "--quiet"]) == 0
+    gain = json.loads(capsys.readouterr().out)["gains"]["metronome_vs_exclusive"]
+    assert gain["avg_jct_reduction_pct"] is None and gain["not_compared"].startswith("exclusive completed 1 of 2")
 
 
 def test_a_catalog_file_adds_models_for_simulate_and_plan(tmp_path: pathlib.Path,

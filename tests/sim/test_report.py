@@ -50,7 +50,7 @@ def test_gains_and_medians_over_seeds() -> None:
         return {"avg_jct_s": avg, "p99_jct_s": p99, "bottleneck_utilization": util, "avg_contention_excess_s": excess}
 
     g = gains({"metronome": fig(75.0, 50.0, 0.6, 1.0), "default": fig(100.0, 100.0, 0.5, 4.0)})
-    assert g == {"metronome_vs_default": {"avg_jct_reduction_pct": 25.0, "p99_jct_reduction_pct": 50.0,
+    assert g == {"metronome_vs_default": {"not_compared": None, "avg_jct_reduction_pct": 25.0, "p99_jct_reduction_pct": 50.0,
                                           "bottleneck_utilization_gain_pct": 20.0,
                                           "contention_excess_recovered_pct": 75.0, "queueing_share_pct": None}}
     # No excess to recover: no figure (not 0 %, not 100 %).
@@ -99,6 +99,40 @@ def test_the_table_says_how_much_of_a_gap_is_queueing() -> None:
     # JCT 10 -> 5 s, queue 4 -> 1 s: 60 % of the gap is queueing.
     assert "vs default            avg JCT -50.0% (60% of it queueing)" in text
     assert "vs_default.avg_jct_reduction_pct" in text and "met (50.0; 60% of it queueing)" in text
+
+
+def test_a_policy_that_completed_other_jobs_is_not_compared() -> None:
+    def run(policy: str, ends: list[float]) -> RunResult:
+        return result([job(f"j{i}", 0.0, 0.0, e) for i, e in enumerate(ends)], [1.0] * 20, [1.0] * 20, policy)
+
+    nan = float("nan")  # a job that never ran
+    # exclusive never ran the long job: its average (1 s) is over one job, metronome's (5 s) over two.
+    report = compare("s", [0], {"metronome": [run("metronome", [1.0, 9.0])], "exclusive": [run("exclusive", [1.0, nan])],
+                                "volcano-topology": [run("volcano-topology", [1.0, 9.0])]})
+    g = report["gains"]["metronome_vs_exclusive"]
+    assert g["not_compared"] == "exclusive completed 1 of 2 jobs, metronome 2 of 2: their averages are over different jobs"
+    assert all(g[figure] is None for figure in g if figure != "not_compared")
+    assert report["gains"]["metronome_vs_volcano-topology"]["not_compared"] is None
+    assert "vs exclusive          not compared: exclusive completed 1 of 2 jobs" in table(report)
+    # One seed of two is enough: a median over unlike seeds is no comparison either.
+    report = compare("s", [0, 1], {"metronome": [run("metronome", [1.0, 9.0])] * 2,
+                                   "exclusive": [run("exclusive", [1.0, 9.0]), run("exclusive", [1.0, nan])]})
+    assert report["gains"]["metronome_vs_exclusive"]["not_compared"].startswith("on 1 of 2 seeds, exclusive completed 1")
+    assert report["gains"]["metronome_vs_exclusive"]["avg_jct_reduction_pct"] is None
+
+
+def test_do_no_harm_is_missed_where_metronome_completed_fewer_jobs_and_not_judged_where_more() -> None:
+    def run(policy: str, ends: list[float]) -> RunResult:
+        return result([job(f"j{i}", 0.0, 0.0, e) for i, e in enumerate(ends)], [1.0] * 20, [1.0] * 20, policy)
+
+    nan = float("nan")
+    fewer = compare("s", [0], {"metronome": [run("metronome", [1.0, nan])], "cassini": [run("cassini", [1.0, 9.0])]})
+    t = fewer["targets"]["no_harm.avg_jct_s_vs_cassini"]
+    assert t["met"] is False and t["value"] is None and "metronome 1 of 2" in t["not_compared"]
+    assert "NOT met (cassini completed 2 of 2 jobs, metronome 1 of 2" in table(fewer)  # its 1 s average is not a win
+    more = compare("s", [0], {"metronome": [run("metronome", [1.0, 9.0])], "cassini": [run("cassini", [1.0, nan])]})
+    t = more["targets"]["no_harm.avg_jct_s_vs_cassini"]
+    assert t["applies"] is False and "met" not in t
 
 
 def test_link_sharing_counts_are_summed_and_fractions_pooled_over_seeds() -> None:

@@ -28,7 +28,11 @@ Definitions (also in docs/simulator.md):
 * gains ``metronome_vs_X``: ``100 (X - metronome) / X`` for JCTs, ``100 (metronome - X) / X`` for
   bottleneck utilisation; ``queueing_share_pct``, the part of the average JCT gap that is queueing,
   ``100 (Q_X - Q_metronome) / (JCT_X - JCT_metronome)`` (the rest is running time; None where the two
-  averages are within 1 %). With several seeds every figure and gain is the median over seeds, except
+  averages are within 1 %). Where the two policies completed different numbers of jobs (a policy that
+  admits by bandwidth, ``exclusive``, may never run a gang whose peak fits no link), their averages are
+  over different jobs: every figure of that gain is None and ``not_compared`` says why; the do-no-harm
+  ratios are then not judged, or missed where metronome completed fewer. With several seeds every
+  figure and gain is the median over seeds, except
   ``link_sharing_decisions`` and the lock-on-demand counts (``placed_unlocked``, ``placed_locked``:
   networked gangs placed running free or aligned; ``locks``: running gangs a placement locked;
   ``unlocks``), summed over seeds, and the zero-overflow and guarded-fit fractions of those
@@ -141,6 +145,11 @@ def compare(scenario: str, seeds: Sequence[int], runs: Mapping[str, Sequence[Run
         "policies": {name: _median([s["policies"][name] for s in per_seed]) for name in runs},
         "gains": _median([s["gains"] for s in per_seed]) if per_seed else {},
     }
+    for key in report["gains"]:
+        whys = [s["gains"][key]["not_compared"] for s in per_seed if s["gains"][key]["not_compared"]]
+        if whys:  # one seed's averages over different jobs make the median no comparison either
+            report["gains"][key] = _not_compared(
+                whys[0] if len(per_seed) == 1 else f"on {len(whys)} of {len(per_seed)} seeds, {whys[0]}")
     _pool_sharing(report["policies"], per_seed)
     report["targets"] = targets(report, per_seed)
     report["per_seed"] = per_seed
@@ -163,16 +172,37 @@ def _pool_sharing(policies: dict[str, Any], per_seed: Sequence[Mapping[str, Any]
             figures_[key] = _r(hits / total) if total else None
 
 
-def gains(policies: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, float | None]]:
+#: The figures of every ``metronome_vs_X`` gain.
+GAIN_FIGURES = ("avg_jct_reduction_pct", "p99_jct_reduction_pct", "bottleneck_utilization_gain_pct",
+                "contention_excess_recovered_pct", "queueing_share_pct")
+
+
+def unlike(name: str, theirs: Mapping[str, Any], ours: Mapping[str, Any]) -> str | None:
+    """Why ``name``'s figures cannot be set against metronome's (they completed different numbers of jobs), or None."""
+    if theirs.get("completed") == ours.get("completed"):
+        return None
+    return (f"{name} completed {theirs['completed']} of {theirs['jobs']} jobs, metronome {ours['completed']} of "
+            f"{ours['jobs']}: their averages are over different jobs")
+
+
+def _not_compared(why: str) -> dict[str, Any]:
+    return {figure: None for figure in GAIN_FIGURES} | {"not_compared": why}
+
+
+def gains(policies: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
     """metronome against every other policy present."""
     ours = policies.get("metronome")
     if ours is None:
         return {}
-    out = {}
+    out: dict[str, dict[str, Any]] = {}
     for name, theirs in policies.items():
         if name == "metronome":
             continue
+        if (why := unlike(name, theirs, ours)) is not None:
+            out[f"metronome_vs_{name}"] = _not_compared(why)
+            continue
         out[f"metronome_vs_{name}"] = {
+            "not_compared": None,
             "avg_jct_reduction_pct": _negated(_change_pct(theirs["avg_jct_s"], ours["avg_jct_s"])),
             "p99_jct_reduction_pct": _negated(_change_pct(theirs["p99_jct_s"], ours["p99_jct_s"])),
             "bottleneck_utilization_gain_pct": _change_pct(theirs["bottleneck_utilization"],
@@ -228,6 +258,11 @@ def issue12_targets(report: Mapping[str, Any]) -> dict[str, Any]:
     if not ours:
         return out
     for name, figure, bound in NO_HARM:
+        if (why := report["gains"].get(f"metronome_vs_{name}", {}).get("not_compared")) is not None:
+            fewer = ours["completed"] < policies[name]["completed"]
+            out[f"no_harm.{figure}_vs_{name}"] = {"target": f"<= {bound:g}x", "value": None, "not_compared": why,
+                                                  **({"met": False} if fewer else {"applies": False})}
+            continue
         theirs = policies.get(name, {}).get(figure)
         if theirs and ours.get(figure) is not None:
             ratio = _r(ours[figure] / theirs)
@@ -369,6 +404,9 @@ def table(report: Mapping[str, Any]) -> str:
     if report["gains"]:
         lines += ["", "metronome relative to each policy (negative JCT change = faster):"]
         for key, g in report["gains"].items():
+            if g.get("not_compared"):
+                lines.append(f"  vs {key[len('metronome_vs_'):]:<18} not compared: {g['not_compared']}")
+                continue
             queueing = g.get("queueing_share_pct")
             lines.append(f"  vs {key[len('metronome_vs_'):]:<18} avg JCT {_signed(_neg(g['avg_jct_reduction_pct']))}"
                          + ("" if queueing is None else f" ({queueing:.0f}% of it queueing)") + ", "
@@ -415,6 +453,8 @@ def table(report: Mapping[str, Any]) -> str:
                 shown = t.get("value", t.get("seeds_worse"))
                 if t.get("queueing_share_pct") is not None:
                     shown = f"{shown}; {t['queueing_share_pct']:.0f}% of it queueing"
+                if t.get("not_compared"):
+                    shown = t["not_compared"]
                 lines.append(f"  {key:<58} {t['target']:>14}  {'met' if t['met'] else 'NOT met'} ({shown})")
     return "\n".join(lines)
 
