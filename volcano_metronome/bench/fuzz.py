@@ -189,9 +189,10 @@ def run_one(index: int, seeds: int, execution: str = "any", small: bool = False,
         load = offered_load(sim.generate, sim.scenario, sim.execution.overlap)
         stage = "simulate"
         report, _ = simulate(sim, POLICIES, list(range(seeds)))
-        bases = floor.known_bases(report)
-        ratios = [r for seed in range(seeds) for r in floor.self_ratios(sim, seed, base=bases[seed])] \
-            if with_floor else None
+        ratios = None
+        if with_floor:
+            measured = floor.measure(sim, range(seeds), bases=floor.known_bases(report))
+            ratios = [r for s in measured["per_seed"] for r in s["ratios"]]
         return row(index, data, report, load, time.process_time() - started, ratios)
     except Exception as exc:  # a crash is what this command hunts: record it and go on
         return {"index": index, "scenario": data["name"] if data else f"fuzz-{index}", "stage": stage,
