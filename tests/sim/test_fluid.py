@@ -1,4 +1,5 @@
-"""Max-min fair sharing: the vectorised solver against a textbook one, and conservation of bytes."""
+"""Max-min fair sharing (and strict priority between traffic classes): the vectorised solver against a
+textbook one, and conservation of bytes."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from hypothesis import strategies as st
 from volcano_metronome.core.topology import leaf_spine
 from volcano_metronome.core.traffic import link_shares, loaded_links
 from volcano_metronome.sim import fluid
-from volcano_metronome.sim.fluid import Fluid, max_min, mirror_of
+from volcano_metronome.sim.fluid import Fluid, max_min, mirror_of, strict_priority
 from volcano_metronome.sim.kernel import Kernel
 
 
@@ -183,16 +184,18 @@ def test_a_burst_alone_runs_at_its_rate_and_two_share_a_link_fairly() -> None:
     assert ends["b"] == pytest.approx(1.1) and ends["a"] == pytest.approx(1.15)
 
 
-def test_rates_in_flight_are_the_max_min_of_every_flow_after_every_event() -> None:
+@pytest.mark.parametrize(("classes", "seed"), [(1, 11), (3, 13)])
+def test_rates_in_flight_are_those_of_a_full_solve_after_every_event(classes: int, seed: int) -> None:
     # The solver skips the re-solve when a start or an end cannot change anybody's rate, and solves only
-    # binding links; after every event the rates must still be those of a full solve.
+    # binding links; after every event the rates must still be those of a full solve (max-min fair with
+    # one class, strict priority with several).
     topo = leaf_spine(3, 4, 100.0, 200.0)
     kernel = Kernel()
     net = Fluid(kernel, topo)
-    rng = np.random.default_rng(11)
+    rng = np.random.default_rng(seed)
     for _ in range(120):
         nodes = rng.choice(len(topo.nodes), size=int(rng.integers(2, 6)), replace=False)
-        route = net.route(loaded_links(topo, nodes)[0])
+        route = net.route(loaded_links(topo, nodes)[0], klass=int(rng.integers(0, classes)))
         rate = float(rng.choice([30.0, 60.0, 80.0, 100.0]))
         kernel.at(float(rng.uniform(0, 3.0)), net.start, route, rate, float(rng.uniform(0.5, 10.0)), lambda: None)
     checked = 0
@@ -200,7 +203,76 @@ def test_rates_in_flight_are_the_max_min_of_every_flow_after_every_event() -> No
         kernel.run(stop=lambda: True)  # one event at a time
         live = np.flatnonzero(net.alive)
         if len(live):
-            full = max_min(net.cap[live], net.incidence[live], net.capacity)
+            full = strict_priority(net.cap[live], net.incidence[live], net.capacity, net.klass[live])
             assert net.rate[live] == pytest.approx(full, rel=1e-9, abs=1e-9)
             checked += 1
-    assert checked > 100 and net.solves > 20
+    assert checked > 100 and net.solves > 20 and net.in_flight == 0
+
+
+def reference_strict_priority(cap: list[float], paths: list[list[int]], link_cap: list[float],
+                              klass: list[int]) -> list[float]:
+    """The textbook filling class by class, 0 first, each on what the classes before it left: slow, plain."""
+    rate = [0.0] * len(cap)
+    room = list(link_cap)
+    for k in sorted(set(klass)):
+        mine = [f for f in range(len(cap)) if klass[f] == k]
+        got = reference_max_min([cap[f] for f in mine], [paths[f] for f in mine], room)
+        for f, r in zip(mine, got):
+            rate[f] = r
+            for link in paths[f]:
+                room[link] = max(0.0, room[link] - r)
+    return rate
+
+
+@settings(max_examples=300, deadline=None)
+@given(problems(), st.data())
+def test_strict_priority_equals_the_textbook_filling_class_by_class(
+        problem: tuple[list[float], list[list[int]], list[float]], data: st.DataObject) -> None:
+    cap, paths, link_cap = problem
+    klass = [data.draw(st.integers(0, 3)) for _ in cap]
+    inc = _incidence(paths, len(link_cap))
+    fast = strict_priority(np.array(cap), inc, np.array(link_cap), np.array(klass))
+    assert fast == pytest.approx(reference_strict_priority(cap, paths, link_cap, klass), rel=1e-9, abs=1e-9)
+    load = fast @ inc
+    assert (load <= np.array(link_cap) * (1 + 1e-9)).all()
+    # A class is served as if the classes below it were not there.
+    top = np.array(klass) == min(klass)
+    assert fast[top] == pytest.approx(max_min(np.array(cap)[top], inc[top], np.array(link_cap)), rel=1e-9, abs=1e-9)
+    # Work-conserving: a flow below its cap crosses a full link.
+    for f in range(len(cap)):
+        assert fast[f] >= cap[f] * (1 - 1e-9) or any(load[l] >= link_cap[l] * (1 - 1e-9) for l in paths[f])
+
+
+def test_one_class_is_plain_max_min() -> None:
+    cap, inc, link_cap = np.array([100.0, 60.0]), np.array([[1.0, 1.0], [1.0, 0.0]]), np.array([100.0, 100.0])
+    assert strict_priority(cap, inc, link_cap, np.array([2, 2])) == pytest.approx(max_min(cap, inc, link_cap))
+
+
+def test_a_burst_of_a_lower_class_waits_for_the_higher_one_and_bytes_are_kept() -> None:
+    topo = leaf_spine(1, 2, 100.0)
+    kernel = Kernel()
+    net = Fluid(kernel, topo)
+    links, _ = loaded_links(topo, np.array([0, 1]))
+    ends: dict[str, float] = {}
+    net.start(net.route(links, klass=1), 100.0, 10.0, lambda: ends.__setitem__("low", kernel.now))
+    kernel.at(0.05, net.start, net.route(links, klass=0), 100.0, 5.0, lambda: ends.__setitem__("high", kernel.now))
+    kernel.run()
+    # low moves 5 Gb alone, stops while high moves its 5 Gb at the full 100 Gbps, then moves its last 5.
+    assert ends["high"] == pytest.approx(0.1) and ends["low"] == pytest.approx(0.15)
+    assert net.carried() == pytest.approx(15.0 * np.bincount(links, minlength=len(topo.links)))
+    # Under fair sharing both would have been stretched: high to 0.15 s, low to 0.15 s.
+
+
+def test_a_burst_pre_empted_the_instant_it_is_through_still_ends() -> None:
+    # Its completion is due at the very time a higher class arrives and takes the link: rate 0, nothing left.
+    topo = leaf_spine(1, 2, 100.0)
+    kernel = Kernel()
+    net = Fluid(kernel, topo)
+    links, _ = loaded_links(topo, np.array([0, 1]))
+    ends: list[str] = []
+    net.start(net.route(links, klass=1), 100.0, 10.0, lambda: ends.append("low"))
+    # Ranked before the network's own events, so the start comes first at 0.1 s.
+    kernel.at(0.1, net.start, net.route(links, klass=0), 100.0, 5.0, lambda: ends.append("high"), rank=-1)
+    kernel.run()
+    assert ends == ["low", "high"] and net.in_flight == 0
+    assert kernel.now == pytest.approx(0.15)

@@ -29,6 +29,12 @@ Execution noise (``workload.Execution``, off unless a scenario asks): every iter
 multiplied by a two-sided draw (and occasionally a straggler's slowdown), and a placed gang starts
 computing after a start-up delay. Its draws come from their own seeded stream, per job.
 
+Traffic classes (``Execution.traffic_classes`` above 1): a gang's bursts take the class after the
+lowest-served one among the running gangs it shares a link with when it starts (0 where it shares
+none; the last class once they run out), and keep it to the end, as NCCL reads its traffic class once,
+when the communicator is made. The fluid serves the classes in strict priority. The class is the
+network's, not the policy's: every policy runs on the same one.
+
 Gangs that load no link (one node) never touch the network: their end is computed in one step.
 """
 
@@ -161,6 +167,17 @@ class RunResult:
 Progress = Callable[[int, int, float], None]
 
 
+def traffic_class(users: np.ndarray) -> int:
+    """The class of a gang starting where ``users[link, k]`` gangs of class ``k`` run on each of its links:
+    the one after the lowest-served class there (0 where nobody runs), the last once they run out.
+
+    A newcomer never takes priority over a gang already running on its links (while classes last): on a
+    link its bursts fill the gaps the incumbents' leave, so its phase settles beside theirs without a clock.
+    """
+    used = np.flatnonzero(users.any(axis=0))
+    return min(users.shape[1] - 1, int(used[-1]) + 1) if len(used) else 0
+
+
 class Engine:
     """Wires the kernel, the fluid network, the policy and the jobs; ``run()`` once."""
 
@@ -183,6 +200,7 @@ class Engine:
         self.occupants = np.zeros(links, dtype=np.int64)
         self.occupied_since = np.zeros(links)
         self.occupied_s = np.zeros(links)
+        self.class_users = np.zeros((links, sim.execution.traffic_classes), dtype=np.int64)  # running gangs per link, class
         self.sample_s = sample_s
         self.sample_times: list[float] = []
         self.samples: list[np.ndarray] = []
@@ -269,7 +287,8 @@ class Engine:
             # No network: the job runs alone whatever the others do.
             self.kernel.at(now + job.alone_s(math.inf), self._complete, job)
             return
-        job.route = self.fluid.route(job.links, shares)
+        job.route = self.fluid.route(job.links, shares, traffic_class(self.class_users[job.links]))
+        self.class_users[job.links, job.route.klass] += 1
         self._occupy(job.links, +1)
         if period_ms is not None:
             # A phased placement carries the snapped period, and an offset unless the gang runs free.
@@ -363,6 +382,7 @@ class Engine:
         self.free[job.nodes] += job.members * job.spec.gpus_per_worker
         if len(job.links):
             self._occupy(job.links, -1)
+            self.class_users[job.links, job.route.klass] -= 1
         self.running -= 1
         self.done += 1
         self.policy.release(now, job.spec.name)

@@ -10,6 +10,10 @@ loaded cut is through: one flow whose rate ``x`` loads each link with ``weight x
 is then over the per-worker rates, each link's share being its room divided by the summed weights
 of the flows on it (weighted progressive filling; with every weight 1 it is the plain one).
 
+With traffic classes (``Route.klass``; ``execution.traffic_classes``) the links serve the classes in
+strict priority, as switches and NICs serve their priority queues: class 0 is shared max-min fairly
+first, every next class max-min fairly over what the classes before it left (``strict_priority``).
+
 Rates change only when a flow starts or ends, so the model is event-driven. Two cheap exits come
 first: a new burst that fits at its cap on every link it crosses changes nobody's rate, and neither
 does the end of a burst that crossed no saturated link. Otherwise the max-min fair allocation is
@@ -43,12 +47,15 @@ _SAME_END_S = 1e-12
 
 class Route:
     """The links a gang's bursts cross: directed ids and their weights, the solved links for them and
-    their weights, and the fastest per-worker rate the slowest of them allows."""
+    their weights, the fastest per-worker rate the slowest of them allows, and the bursts' traffic class
+    (0 is served first)."""
 
-    __slots__ = ("directed", "directed_weight", "index", "weight", "floor")
+    __slots__ = ("directed", "directed_weight", "index", "weight", "floor", "klass")
 
     def __init__(self, directed: np.ndarray, index: np.ndarray, floor: float,
-                 directed_weight: np.ndarray | None = None, weight: np.ndarray | None = None) -> None:
+                 directed_weight: np.ndarray | None = None, weight: np.ndarray | None = None,
+                 klass: int = 0) -> None:
+        self.klass = klass
         self.directed = directed
         self.index = index
         self.floor = floor
@@ -104,6 +111,23 @@ def max_min(cap: np.ndarray, incidence: np.ndarray, link_cap: np.ndarray) -> np.
             np.maximum(rem, 0.0, out=rem)
             n -= frozen.sum(axis=0)
             n[n < _NO_WEIGHT] = 0.0  # fractional weights leave float residue on links no live flow crosses
+
+
+def strict_priority(cap: np.ndarray, incidence: np.ndarray, link_cap: np.ndarray, klass: np.ndarray) -> np.ndarray:
+    """Rates when links serve traffic classes in strict priority (``klass``: 0 first), max-min fairly within one.
+
+    A class sees only the room the classes before it left, as a priority queue is served only when the
+    queues above it are empty (a fluid's view: no packet is pre-empted half-sent, nothing is reserved).
+    """
+    if len(klass) == 0 or (klass == klass[0]).all():
+        return max_min(cap, incidence, link_cap)
+    rate = np.zeros(len(cap))
+    room = link_cap.astype(float).copy()
+    for k in np.unique(klass):
+        mine = klass == k
+        rate[mine] = max_min(cap[mine], incidence[mine], room)
+        room = np.maximum(room - rate[mine] @ incidence[mine], 0.0)
+    return rate
 
 
 def _max_min_sparse(cap: np.ndarray, flow_of: np.ndarray, link_of: np.ndarray, link_cap: np.ndarray,
@@ -181,6 +205,7 @@ class Fluid:
         self.end = np.zeros(0)
         self.rate = np.zeros(0)
         self.alive = np.zeros(0, dtype=bool)
+        self.klass = np.zeros(0, dtype=np.int64)
         self.incidence = np.zeros((0, len(solved)))
         self.paths: list[Route | None] = []
         self.done: list[Callable[[], None] | None] = []
@@ -189,13 +214,14 @@ class Fluid:
 
     # -- public ------------------------------------------------------------------------------------
 
-    def route(self, links: np.ndarray, weights: np.ndarray | None = None) -> Route:
-        """The route of a gang loading ``links`` (directed ids, at least one) with ``weights`` (default 1)."""
+    def route(self, links: np.ndarray, weights: np.ndarray | None = None, klass: int = 0) -> Route:
+        """The route of a gang loading ``links`` (directed ids, at least one) with ``weights`` (default 1),
+        its bursts in traffic class ``klass``."""
         links = np.asarray(links, dtype=np.int64)
         directed_weight = np.ones(len(links)) if weights is None else np.asarray(weights, dtype=float)
         index, first = np.unique(self.solved_of[links], return_index=True)
         weight = directed_weight[first]  # both directions of a duplex link carry the same cut
-        return Route(links, index, float((self.capacity[index] / weight).min()), directed_weight, weight)
+        return Route(links, index, float((self.capacity[index] / weight).min()), directed_weight, weight, klass)
 
     def start(self, route: Route, rate_gbps: float, volume_gb: float, done: Callable[[], None]) -> int:
         """Put a burst of ``volume_gb`` on ``route`` at up to ``rate_gbps``; ``done()`` when it is through."""
@@ -211,6 +237,7 @@ class Fluid:
         self.since[slot] = now
         self.rate[slot] = 0.0
         self.alive[slot] = True
+        self.klass[slot] = route.klass
         self.paths[slot] = route
         weight = route.weight
         self.incidence[slot, index] = weight
@@ -252,7 +279,7 @@ class Fluid:
         self.remaining, self.since, self.rate = grown(self.remaining), grown(self.since), grown(self.rate)
         self.end = grown(self.end)
         self.end[old:] = np.inf
-        self.alive, self.incidence = grown(self.alive), grown(self.incidence)
+        self.alive, self.incidence, self.klass = grown(self.alive), grown(self.incidence), grown(self.klass)
         self.paths += [None] * (size - old)
         self.done += [None] * (size - old)
         self._free += list(range(size - 1, old - 1, -1))
@@ -319,7 +346,7 @@ class Fluid:
         limited = sub.any(axis=1)
         new = self.cap[slots]
         if limited.any():
-            new[limited] = max_min(new[limited], sub[limited], self.capacity[links])
+            new[limited] = strict_priority(new[limited], sub[limited], self.capacity[links], self.klass[slots[limited]])
         old = self.rate[slots]
         moved = new != old
         changed = slots[moved]
@@ -329,5 +356,7 @@ class Fluid:
             self.remaining[changed] = left
             self.since[changed] = now
             self.rate[changed] = new[moved]
-            self.end[changed] = now + np.maximum(left, 0.0) / new[moved]
+            # A class the ones above it leave no room waits (rate 0, no end yet); one already through ends now.
+            with np.errstate(divide="ignore", invalid="ignore"):
+                self.end[changed] = np.where(left > 0, now + left / new[moved], now)
         self.link_rate = self.rate @ self.incidence  # summed afresh: no drift from repeated updates

@@ -37,7 +37,10 @@ def simulate(sim: SimScenario, policies: Sequence[str], seeds: Sequence[int],
              say: Say | None = None) -> tuple[dict[str, Any], dict[str, list[RunResult]]]:
     """The JSON report and the raw runs (for plots)."""
     runs = run_all(sim, policies, seeds, say)
-    return compare(sim.name, seeds, runs), runs
+    report = compare(sim.name, seeds, runs)
+    if sim.execution.traffic_classes > 1:  # the fabric every policy ran on: only where it is not the fair one
+        report["traffic_classes"] = sim.execution.traffic_classes
+    return report, runs
 
 
 def terminal_progress(stream: TextIO | None = None) -> Say:

@@ -42,6 +42,8 @@ MAX_WEIGHT = 1e9
 MAX_NOISE_CV = 1.0
 #: Largest straggler slowdown: a straggling iteration at most 100 times its usual compute.
 MAX_SLOWDOWN = 100.0
+#: Traffic classes a fabric serves in priority: InfiniBand's 16 service levels (Ethernet has 8 priorities).
+MAX_TRAFFIC_CLASSES = 16
 
 
 @dataclass(frozen=True)
@@ -66,6 +68,8 @@ class Execution:
     (two-sided noise), and with probability ``straggler_probability`` by ``straggler_slowdown`` too.
     A placed gang starts computing after a start-up delay drawn uniformly in ``startup_s``. With
     ``overlap`` catalog models hide part of their all-reduce under compute (``ModelWindow.overlap``).
+    With ``traffic_classes`` above 1 the network serves that many classes in strict priority, each gang
+    in the class after those it finds on its links (``sim.engine``); 1 is plain max-min fair sharing.
     """
 
     noise_cv: float = 0.0
@@ -73,6 +77,7 @@ class Execution:
     straggler_slowdown: float = 1.0
     startup_s: tuple[float, float] = (0.0, 0.0)
     overlap: bool = False
+    traffic_classes: int = 1
 
     @property
     def random(self) -> bool:
@@ -187,8 +192,9 @@ def _generated_name(name: str, gen: Generate) -> bool:
 
 
 def parse_execution(data: Any) -> Execution:
-    """Parse ``execution: {noise_cv, straggler_probability, straggler_slowdown, startup_s: [lo, hi], overlap}``."""
-    keys = {"noise_cv", "straggler_probability", "straggler_slowdown", "startup_s", "overlap"}
+    """Parse ``execution: {noise_cv, straggler_probability, straggler_slowdown, startup_s: [lo, hi], overlap,
+    traffic_classes}``."""
+    keys = {"noise_cv", "straggler_probability", "straggler_slowdown", "startup_s", "overlap", "traffic_classes"}
     _mapping(data, "execution", keys)
     startup = data.get("startup_s", [0.0, 0.0])
     if not (isinstance(startup, list) and len(startup) == 2):
@@ -206,6 +212,7 @@ def parse_execution(data: Any) -> Execution:
         noise_cv=fields.number(data.get("noise_cv", 0.0), "execution.noise_cv", minimum=0.0, maximum=MAX_NOISE_CV),
         straggler_probability=probability, straggler_slowdown=slowdown, startup_s=(low, high),
         overlap=fields.boolean(data.get("overlap", False), "execution.overlap"),
+        traffic_classes=fields.integer(data.get("traffic_classes", 1), "execution.traffic_classes", 1, MAX_TRAFFIC_CLASSES),
     )
 
 
