@@ -117,7 +117,7 @@ def strict_priority(cap: np.ndarray, incidence: np.ndarray, link_cap: np.ndarray
     """Rates when links serve traffic classes in strict priority (``klass``: 0 first), max-min fairly within one.
 
     A class sees only the room the classes before it left, as a priority queue is served only when the
-    queues above it are empty (a fluid's view: no packet is pre-empted half-sent, nothing is reserved).
+    queues above it are empty; nothing is reserved for a class with no burst in flight.
     """
     if len(klass) == 0 or (klass == klass[0]).all():
         return max_min(cap, incidence, link_cap)
