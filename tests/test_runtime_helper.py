@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import pathlib
 import shutil
+import warnings
 from types import SimpleNamespace
 
 import pytest
@@ -13,8 +14,8 @@ from hypothesis import strategies as st
 
 from volcano_metronome.core.errors import InvalidInput
 from volcano_metronome.core.profile import Profile, Window
-from volcano_metronome.runtime import (SLOT_FILES, Metronome, Stopwatch, Timing, aim, aim_and_arm, next_start_ms,
-                                       stretched)
+from volcano_metronome.runtime import (SLOT_FILES, Metronome, Stopwatch, Timing, aim, aim_and_arm, apply_traffic_class,
+                                       next_start_ms, stretched)
 from volcano_metronome.scenario import JobSpec
 from volcano_metronome.sim.engine import Engine, JobRun
 
@@ -131,6 +132,60 @@ def test_from_env_reads_the_downward_api_variables_and_refuses_garbage():
         Metronome.from_env({**env, "METRONOME_EPOCH": "soon"})
     with pytest.raises(InvalidInput, match="METRONOME_PERIOD_MS"):
         Metronome.from_env({**env, "METRONOME_PERIOD_MS": "0"})
+
+
+# ----------------------------------------------------------------------------- the traffic class
+CLASS_ENV = '{"NCCL_IB_SL":"2","NCCL_IB_TC":"74"}'
+
+
+def test_apply_traffic_class_without_a_class_changes_nothing():
+    for env in ({}, {"METRONOME_TRAFFIC_CLASS": "", "METRONOME_TRAFFIC_CLASS_ENV": ""}):  # absent; annotation absent
+        before = dict(env)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            assert apply_traffic_class(env) == {}
+        assert env == before
+
+
+def test_apply_traffic_class_sets_the_class_variables_and_returns_them():
+    env = {"METRONOME_TRAFFIC_CLASS": "1", "METRONOME_TRAFFIC_CLASS_ENV": CLASS_ENV, "OTHER": "x"}
+    assert apply_traffic_class(env) == {"NCCL_IB_SL": "2", "NCCL_IB_TC": "74"}
+    assert env == {"METRONOME_TRAFFIC_CLASS": "1", "METRONOME_TRAFFIC_CLASS_ENV": CLASS_ENV, "OTHER": "x",
+                   "NCCL_IB_SL": "2", "NCCL_IB_TC": "74"}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert apply_traffic_class(env) == {"NCCL_IB_SL": "2", "NCCL_IB_TC": "74"}  # again: the same, no warning
+
+
+def test_apply_traffic_class_keeps_a_users_different_value_with_a_warning():
+    env = {"METRONOME_TRAFFIC_CLASS": "1", "METRONOME_TRAFFIC_CLASS_ENV": CLASS_ENV, "NCCL_IB_TC": "106"}
+    with pytest.warns(RuntimeWarning) as caught:
+        assert apply_traffic_class(env) == {"NCCL_IB_SL": "2"}
+    assert env["NCCL_IB_TC"] == "106" and env["NCCL_IB_SL"] == "2"
+    assert len(caught) == 1
+    message = str(caught[0].message)
+    assert "NCCL_IB_TC" in message and "'106'" in message and "'74'" in message
+    assert "traffic class is not applied for NCCL_IB_TC" in message
+
+
+def test_apply_traffic_class_takes_a_users_equal_value_silently():
+    env = {"METRONOME_TRAFFIC_CLASS_ENV": CLASS_ENV, "NCCL_IB_SL": "2"}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert apply_traffic_class(env) == {"NCCL_IB_SL": "2", "NCCL_IB_TC": "74"}
+    assert env["NCCL_IB_SL"] == "2" and env["NCCL_IB_TC"] == "74"
+
+
+@pytest.mark.parametrize("raw", ["{", "nccl", '["NCCL_IB_SL", "2"]', '"2"', "null", '{"NCCL_IB_SL": 2}',
+                                 '{"NCCL_IB_SL": "2", "NCCL_IB_TC": null}', '{"NCCL_IB_SL": {"v": "2"}}',
+                                 '{"": "2"}', '{"A=B": "2"}', '{"NCCL_IB_SL": "2\\u0000"}', "[" * 100_000])
+def test_apply_traffic_class_refuses_anything_but_an_object_of_strings(raw):
+    env = {"METRONOME_TRAFFIC_CLASS_ENV": raw}
+    with pytest.raises(InvalidInput, match="METRONOME_TRAFFIC_CLASS_ENV") as refused:
+        apply_traffic_class(env)
+    assert "expected a JSON object of environment variable names to string values" in str(refused.value)
+    assert refused.value.value == raw
+    assert env == {"METRONOME_TRAFFIC_CLASS_ENV": raw}  # all or nothing: no variable set before the bad one
 
 
 # ----------------------------------------------------------------------------- the timing files

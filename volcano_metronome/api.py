@@ -47,6 +47,11 @@ GANG_NAME = PREFIX + "gang-name"  # annotation: name of that object, in the pod'
 OFFSET_MS = PREFIX + "offset-ms"  # offset of the gang's windows after the epoch, ms
 EPOCH = PREFIX + "epoch"  # cluster-wide time origin, Unix time in integer milliseconds
 # PERIOD_MS is written on pods too: the snapped period the offset refers to.
+# Where the QueuePolicy lists the fabric's traffic classes (spec.trafficClasses), before removing the gate:
+TRAFFIC_CLASS = PREFIX + "traffic-class"  # the gang's class, an index into that list (0: served first)
+TRAFFIC_CLASS_ENV = PREFIX + "traffic-class-env"  # compact JSON object: the environment that selects it (NCCL_IB_SL...)
+# Every annotation the controller keeps equal to its gang's claim on a placed pod.
+SLOT_ANNOTATIONS = (PERIOD_MS, OFFSET_MS, EPOCH, TRAFFIC_CLASS, TRAFFIC_CLASS_ENV)
 # The STBandwidthClaim holding a Kueue pod set's placement, passed through the AdmissionCheck's
 # podSetUpdates so that the webhook can admit the pods placed (their gang's claim is named after the
 # Workload, which the pods do not name).
@@ -66,6 +71,8 @@ SLOT_FILES = tuple((annotation[len(PREFIX):], annotation) for annotation in (PER
 ENV_PERIOD_MS = "METRONOME_PERIOD_MS"
 ENV_OFFSET_MS = "METRONOME_OFFSET_MS"
 ENV_EPOCH = "METRONOME_EPOCH"
+ENV_TRAFFIC_CLASS = "METRONOME_TRAFFIC_CLASS"  # TRAFFIC_CLASS; fixed for the gang's life, so an env var is enough
+ENV_TRAFFIC_CLASS_ENV = "METRONOME_TRAFFIC_CLASS_ENV"  # TRAFFIC_CLASS_ENV, applied by runtime.apply_traffic_class
 
 # Upstream keys we read (never write our data under them).
 VOLCANO_GROUP_NAME = "scheduling.k8s.io/group-name"  # pod annotation naming its Volcano PodGroup

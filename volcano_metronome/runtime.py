@@ -83,10 +83,21 @@ agent) and the gang's identity: ``METRONOME_NAMESPACE``, ``METRONOME_GANG_KIND``
 (the pod's ``metronome.dev/gang-kind`` and ``gang-name`` annotations, through the downward API) and
 ``METRONOME_POD``. Only a measurement with each window's rate (``burst(nbytes=...)``) is published:
 a measured profile without rates is not a profile the controller can plan with.
+
+Where the cluster's QueuePolicy lists the fabric's traffic classes, the controller also gives each
+gang a class: the webhook exposes it as ``METRONOME_TRAFFIC_CLASS`` (its index) and
+``METRONOME_TRAFFIC_CLASS_ENV`` (a JSON object of the variables that select it, ``NCCL_IB_SL``,
+``NCCL_IB_TC``...). NCCL reads those once, when a communicator is made, so call
+:func:`apply_traffic_class` before creating the process group; it does nothing for a gang without a class::
+
+    from volcano_metronome.runtime import apply_traffic_class
+    apply_traffic_class()                       # a variable the user set already is kept, with a warning
+    torch.distributed.init_process_group("nccl")
 """
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import pathlib
@@ -95,7 +106,7 @@ import warnings
 from collections import deque
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Callable, Iterator, Mapping
+from typing import Callable, Iterator, Mapping, MutableMapping
 
 from volcano_metronome import api
 from volcano_metronome.core.errors import InvalidInput
@@ -483,3 +494,46 @@ class Metronome:
         self.period_ms, self.offset_ms, self.epoch_ms = timing.period_ms, timing.offset_ms, timing.epoch_ms
         self.aligned, self.pending = True, None
         self.slot = None  # re-anchor: the first slot of the new grid
+
+
+def apply_traffic_class(environ: MutableMapping[str, str] | None = None) -> dict[str, str]:
+    """Set the variables of ``METRONOME_TRAFFIC_CLASS_ENV`` (before NCCL makes a communicator); returns those set.
+
+    A variable already set to another value is kept, with a :class:`RuntimeWarning`.
+    """
+    environ = os.environ if environ is None else environ
+    raw = environ.get(api.ENV_TRAFFIC_CLASS_ENV, "")
+    if not raw:
+        return {}  # the downward API gives "" for an absent annotation: the gang has no class
+    wanted = _class_env(raw)
+    applied: dict[str, str] = {}
+    for name, value in wanted.items():
+        theirs = environ.get(name)
+        if theirs is not None and theirs != value:
+            # The user's choice wins (they may know the fabric better), but silently losing the class would
+            # leave the gang's traffic in another queue than the controller planned for.
+            warnings.warn(f"{name} is already set to {theirs!r}, not to the {value!r} of the gang's traffic class "
+                          f"({api.ENV_TRAFFIC_CLASS}={environ.get(api.ENV_TRAFFIC_CLASS, '')!r}): keeping "
+                          f"{theirs!r}; the gang's traffic class is not applied for {name}",
+                          RuntimeWarning, stacklevel=2)
+            continue
+        environ[name] = value
+        applied[name] = value
+    return applied
+
+
+def _class_env(raw: str) -> dict[str, str]:
+    """``METRONOME_TRAFFIC_CLASS_ENV`` parsed, every entry checked before any is set (all or nothing)."""
+    expected = ("a JSON object of environment variable names to string values (the gang's "
+                f"{api.TRAFFIC_CLASS_ENV} annotation), e.g. {{\"NCCL_IB_SL\":\"2\",\"NCCL_IB_TC\":\"74\"}}")
+    try:
+        wanted = json.loads(raw)
+    except (ValueError, RecursionError):
+        raise InvalidInput(api.ENV_TRAFFIC_CLASS_ENV, raw, expected) from None
+    if not isinstance(wanted, dict):
+        raise InvalidInput(api.ENV_TRAFFIC_CLASS_ENV, raw, expected)
+    for name, value in wanted.items():
+        # os.environ refuses these (ValueError) or the C library misreads them: refuse them here, by name.
+        if not name or "=" in name or "\0" in name or not isinstance(value, str) or "\0" in value:
+            raise InvalidInput(api.ENV_TRAFFIC_CLASS_ENV, raw, f"{expected}; {name!r}: {value!r} is not one")
+    return wanted

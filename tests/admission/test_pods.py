@@ -50,7 +50,8 @@ def assert_gated(obj, kind, name):
     assert {"name": api.SCHEDULING_GATE} in obj["spec"]["schedulingGates"]
     for container in obj["spec"]["containers"] + obj["spec"].get("initContainers", []):
         names = [var["name"] for var in container["env"]]
-        assert {api.ENV_PERIOD_MS, api.ENV_OFFSET_MS, api.ENV_EPOCH} <= set(names)
+        assert {api.ENV_PERIOD_MS, api.ENV_OFFSET_MS, api.ENV_EPOCH, api.ENV_TRAFFIC_CLASS,
+                api.ENV_TRAFFIC_CLASS_ENV} <= set(names)
         assert slot_mount() in container["volumeMounts"]
     assert slot_volume() in obj["spec"]["volumes"]
     assert not schema_errors(obj)
@@ -70,7 +71,11 @@ def test_env_vars_read_the_controllers_annotations():
     fields = {var["name"]: var["valueFrom"]["fieldRef"]["fieldPath"] for var in env_vars()}
     assert fields == {api.ENV_PERIOD_MS: f"metadata.annotations['{api.PERIOD_MS}']",
                       api.ENV_OFFSET_MS: f"metadata.annotations['{api.OFFSET_MS}']",
-                      api.ENV_EPOCH: f"metadata.annotations['{api.EPOCH}']"}
+                      api.ENV_EPOCH: f"metadata.annotations['{api.EPOCH}']",
+                      api.ENV_TRAFFIC_CLASS: f"metadata.annotations['{api.TRAFFIC_CLASS}']",
+                      api.ENV_TRAFFIC_CLASS_ENV: f"metadata.annotations['{api.TRAFFIC_CLASS_ENV}']"}
+    assert fields[api.ENV_TRAFFIC_CLASS] == "metadata.annotations['metronome.dev/traffic-class']"
+    assert fields[api.ENV_TRAFFIC_CLASS_ENV] == "metadata.annotations['metronome.dev/traffic-class-env']"
 
 
 def test_the_timing_files_are_the_controllers_annotations_mounted_read_only():

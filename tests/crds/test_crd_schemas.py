@@ -21,18 +21,19 @@ SPEC_FIELDS = {
     "STBandwidthCapacity": {"capacityGbps", "tier", "nodes", "nodeSelector", "direction"},
     "QueuePolicy": {"volcanoQueues", "kueueClusterQueues", "ordering", "agingPerMinute", "priorityWeight",
                     "cushionSlots", "overflowTolerance", "maxCandidates", "lockOnDemand", "maxHoldSeconds",
-                    "defaultProfile",
+                    "defaultProfile", "trafficClasses",
                     "reoptimization", "profilePolicy", "profileTolerance"},
 }
 STATUS_FIELDS = {
     "STBandwidthClaim": {"nodes", "members", "offsetMs", "periodMs", "epoch", "links", "predictedOverflowGbpsMs",
                          "feasible", "locked", "decidedAt", "heldSince", "observedGeneration", "conditions",
-                         "measuredProfile", "adoptedProfile"},
+                         "measuredProfile", "adoptedProfile", "trafficClass", "trafficClassEnv"},
     "STBandwidthCapacity": {"observedGeneration", "conditions", "matchedNodes"},
     "QueuePolicy": {"observedGeneration", "conditions", "pendingGangs", "placedGangs"},
 }
+CEL_MACROS = {"all", "exists", "exists_one", "map", "filter"}
 PRINTER_COLUMNS = {
-    "STBandwidthClaim": ["Gang", "Kind", "Placed", "Reason", "Offset", "Period", "Locked", "Nodes", "Priority",
+    "STBandwidthClaim": ["Gang", "Kind", "Placed", "Reason", "Offset", "Period", "Locked", "Class", "Nodes", "Priority",
                          "Overflow", "Held", "Age"],
     "STBandwidthCapacity": ["Capacity", "Tier", "Direction", "Nodes", "Age"],
     "QueuePolicy": ["Ordering", "Tolerance", "Pending", "Placed", "Ready", "Age"],
@@ -125,8 +126,11 @@ def test_cel_rules_are_well_formed(kind: str) -> None:
         if "fieldPath" in rule:
             field = rule["fieldPath"].lstrip(".")
             assert field in node.get("properties", {}), f"{path}: fieldPath {rule['fieldPath']} is not a property"
-        # Every identifier after "self." must be a property of this node: catches renamed fields.
+        # Every identifier after "self." must be a property of this node (or a CEL macro over a map's keys):
+        # catches renamed fields.
         for name in re.findall(r"\bself\.([A-Za-z]+)", rule["rule"]):
+            if name in CEL_MACROS and "additionalProperties" in node:
+                continue
             assert name in node.get("properties", {}), f"{path}: rule uses self.{name}, not a property"
 
 

@@ -415,6 +415,34 @@ def test_a_lone_gang_runs_free_is_locked_by_a_gang_sharing_its_nics_and_unlocked
     assert wait_until(lambda: ctl.metric("metronome_controller_unlocks_total"), 10, "the unlocks metric") == 1
 
 
+def test_a_policy_s_traffic_classes_reach_the_claims_and_pods_through_a_real_api_server(
+        cluster: Cluster, tmp_path: pathlib.Path, controllers: list[ControllerProcess]) -> None:
+    # The CRDs keep what the controller writes (an unknown status field would be pruned without a word), and a
+    # newcomer on a gang's NICs is given the class after it, from before its pods' gate is removed. In another
+    # class than the gang beside it, it locks nobody: the priority interleaves their bursts.
+    queue, name = f"q-{cluster.tag}", f"classes-{cluster.tag}"
+    classes = [{"env": {"NCCL_IB_TC": "106"}}, {"env": {"NCCL_IB_TC": "74"}}]
+    cluster.k.create(kube.QUEUE_POLICIES, b.queue_policy(name, volcanoQueues=[queue], trafficClasses=classes))
+    try:
+        cluster.nodes(3)
+        ns = cluster.namespace()
+        ctl = start_controller(cluster, tmp_path, controllers, ns)
+        lock_gang(cluster, ns, "a", queue)
+        wait_until(lambda: follows_claim(cluster, ns, "a", locked=False), 60, lambda: f"gang a placed\n{ctl.logs()}")
+        lock_gang(cluster, ns, "b", queue)
+        wait_until(lambda: follows_claim(cluster, ns, "b", locked=False), 60, lambda: f"gang b placed\n{ctl.logs()}")
+        assert claim_status(cluster, ns, "a")["locked"] is False
+        for gang, klass in (("a", 0), ("b", 1)):
+            status = claim_status(cluster, ns, gang)
+            assert (status["trafficClass"], status["trafficClassEnv"]) == (klass, classes[klass]["env"])
+            for p in gang_pods(cluster, ns, gang):
+                ann = objects.annotations_of(p)
+                assert ann[api.TRAFFIC_CLASS] == str(klass)
+                assert ann[api.TRAFFIC_CLASS_ENV] == f'{{"NCCL_IB_TC":"{classes[klass]["env"]["NCCL_IB_TC"]}"}}'
+    finally:
+        cluster.k.delete(kube.QUEUE_POLICIES, None, name)
+
+
 def test_identical_gangs_off_the_grid_are_locked_at_their_exact_period(
         cluster: Cluster, tmp_path: pathlib.Path, controllers: list[ControllerProcess], lock_queue: str) -> None:
     # 24 ms bursts every 190 ms: held to the grid's 200 ms a lock pads 10 ms per iteration each, more than the

@@ -1,4 +1,5 @@
-"""Traffic classes served in strict priority (``execution.traffic_classes``): the class rule, known answers."""
+"""Traffic classes served in strict priority (``execution.traffic_classes``): the class rule, known answers,
+on a fabric that gives every gang a class by start order and on one where only metronome publishes them."""
 
 from __future__ import annotations
 
@@ -35,9 +36,9 @@ def test_once_the_classes_run_out_newcomers_share_the_last() -> None:
     assert traffic_class(users([1])) == 0  # one class: plain fair sharing
 
 
-def sanity(classes: int, extra_jobs: list[dict[str, Any]] | None = None) -> Any:
+def sanity(classes: int, extra_jobs: list[dict[str, Any]] | None = None, classes_from: str = "start-order") -> Any:
     data = copy.deepcopy(scenario_data("sanity-2jobs"))
-    data["execution"] = {"traffic_classes": classes}
+    data["execution"] = {"traffic_classes": classes, "classes_from": classes_from}
     data["jobs"] += copy.deepcopy(extra_jobs or [])
     return parse_sim(data)
 
@@ -57,6 +58,22 @@ def test_two_classes_interleave_two_colliding_jobs_without_any_offset() -> None:
     # Metronome's offsets interleave them already: the classes change nothing there.
     assert [j.end_s for j in Engine(classes, classes.jobs(0), "metronome").run().jobs] == \
         [j.end_s for j in Engine(fair, fair.jobs(0), "metronome").run().jobs]
+
+
+def test_published_classes_are_metronome_s_alone() -> None:
+    # The same fabric, each gang in the class its scheduler published: Volcano publishes none, so its two jobs
+    # share class 0 and collide as on the fair network; metronome-free publishes metronome's classes and, with
+    # no offset at all, gets the interleave that the start-order fabric gave everyone above.
+    fair, published = sanity(1), sanity(2, classes_from="scheduler")
+    run = Engine(published, published.jobs(0), "volcano-topology").run()
+    assert [j.route.klass for j in run.jobs] == [0, 0]
+    assert [j.end_s - j.start_s for j in run.jobs] == [pytest.approx(30.0), pytest.approx(30.0)]
+    run = Engine(published, published.jobs(0), "metronome-free").run()
+    assert [j.route.klass for j in run.jobs] == [0, 1]
+    assert [j.end_s - j.start_s for j in run.jobs] == [pytest.approx(20.0), pytest.approx(20.1)]
+    run = Engine(published, published.jobs(0), "metronome").run()
+    assert [j.route.klass for j in run.jobs] == [0, 1]
+    assert [j.end_s for j in run.jobs] == [j.end_s for j in Engine(fair, fair.jobs(0), "metronome").run().jobs]
 
 
 def test_a_class_is_free_again_once_its_gang_has_ended() -> None:
@@ -82,6 +99,9 @@ def test_a_report_under_classes_says_so_and_a_fair_one_says_nothing() -> None:
     report, _ = simulate(sanity(2), ["metronome", "volcano-topology"], [0])
     assert report["traffic_classes"] == 2
     assert "network: 2 traffic classes in strict priority" in table(report)
+    assert "for every policy" in table(report)
+    published, _ = simulate(sanity(2, classes_from="scheduler"), ["metronome", "volcano-topology"], [0])
+    assert published["classes_from"] == "scheduler" and "0 for every other policy" in table(published)
     assert report["gains"]["metronome_vs_volcano-topology"]["avg_jct_reduction_pct"] == pytest.approx(0.0)
     fair, _ = simulate(sanity(1), ["metronome", "volcano-topology"], [0])
     assert "traffic_classes" not in fair and "network:" not in table(fair)

@@ -96,6 +96,8 @@ def test_a_scenario_with_neither_jobs_nor_generate_is_refused() -> None:
     ("execution", {"traffic_classes": 17}, r"^execution.traffic_classes: got 17, expected an integer in \[1, 16\]"),
     ("execution", {"traffic_classes": "4"}, r"^execution.traffic_classes: got '4', expected an integer in \[1, 16\]"),
     ("execution", {"traffic_classes": True}, r"^execution.traffic_classes: got True, expected an integer in \[1, 16\]"),
+    ("execution", {"classes_from": "network"},
+     r"^execution.classes_from: got 'network', expected one of scheduler, start-order"),
     ("topology.uplink_gbps", 1e-6, r"^topology.uplink_gbps: got 1e-06, expected a number >= 0.001"),
     ("topology.uplink_gbps", "1.0e12", r"^topology.uplink_gbps: got '1.0e12', expected .*write a dot and the exponent's sign"),
     ("topology", {"racks": 100000, "nodes_per_rack": 100000, "gpus_per_node": 8, "nic_gbps": 100, "uplink_gbps": 100},

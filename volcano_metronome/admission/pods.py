@@ -15,8 +15,10 @@ A pod of a gang whose claim is already decided is admitted placed instead of gat
 alone says which member it is (``admission.placed``). A gated pod gets the gate ``metronome.dev/placement``, the label ``metronome.dev/managed=true``, the
 annotations ``metronome.dev/gang-kind`` and ``gang-name`` (and the profile, if it came from
 elsewhere), and on every container and init container the env vars ``METRONOME_PERIOD_MS``,
-``METRONOME_OFFSET_MS`` and ``METRONOME_EPOCH`` read through the downward API from the annotations the
-controller writes before it lifts the gate.
+``METRONOME_OFFSET_MS``, ``METRONOME_EPOCH``, ``METRONOME_TRAFFIC_CLASS`` and ``METRONOME_TRAFFIC_CLASS_ENV``
+read through the downward API from the annotations the controller writes before it lifts the gate
+(the last two only when the cluster's QueuePolicy lists traffic classes; else they are empty, and
+``volcano_metronome.runtime.apply_traffic_class`` does nothing).
 
 Env vars are fixed when a container starts, but the controller rewrites those annotations on running
 pods (a re-optimisation move, a lock, an unlock). So the pod also gets a downwardAPI volume
@@ -50,13 +52,16 @@ from volcano_metronome.admission.resolve import Context, Place, Resolved, resolv
 from volcano_metronome.core.errors import InvalidInput
 
 
-#: Most containers plus init containers a gated pod may have. Each gets three env vars and a mount
-#: (about 800 bytes of patch and 0.2 ms of work), so this bounds the patch and the time and memory of
+#: Most containers plus init containers a gated pod may have. Each gets five env vars and a mount
+#: (about 900 bytes of patch and 0.2 ms of work), so this bounds the patch and the time and memory of
 #: one review whatever its size: a 3 MiB pod of 100,000 tiny containers would otherwise cost ~80 MB
 #: of patch and ~20 s of a worker (issue 13). Real training pods have a handful.
 MAX_CONTAINERS = 128
 
-ENV_SOURCES = ((api.ENV_PERIOD_MS, api.PERIOD_MS), (api.ENV_OFFSET_MS, api.OFFSET_MS), (api.ENV_EPOCH, api.EPOCH))
+#: (env var, annotation) pairs every container gets through the downward API. The traffic class is
+#: fixed for the gang's life and NCCL reads it once, so unlike the timing it needs no file.
+ENV_SOURCES = ((api.ENV_PERIOD_MS, api.PERIOD_MS), (api.ENV_OFFSET_MS, api.OFFSET_MS), (api.ENV_EPOCH, api.EPOCH),
+               (api.ENV_TRAFFIC_CLASS, api.TRAFFIC_CLASS), (api.ENV_TRAFFIC_CLASS_ENV, api.TRAFFIC_CLASS_ENV))
 
 
 @dataclass(frozen=True)

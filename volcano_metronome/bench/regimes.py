@@ -20,7 +20,9 @@ is 3.0, the saturation of the contended examples (2.7 to 4.0). The figures, rati
 excess recovered are the report's own (``sim.report``); targets are issue 12's (``issue12_targets``):
 do-no-harm judged on every seed, the win targets on the medians over seeds, as ``simulate`` prints them.
 ``--execution noisy`` runs the same grid with the issue-12 built-ins' execution noise (``EXECUTIONS``);
-``classes`` and ``noisy-classes`` on a fabric with traffic classes served in strict priority.
+``classes`` and ``noisy-classes`` on a fabric with traffic classes served in strict priority, given to
+every gang by start order; ``published`` and ``noisy-published`` on that fabric, with the classes metronome
+publishes (the other policies publish none).
 """
 
 from __future__ import annotations
@@ -54,13 +56,19 @@ NIC_GBPS = (100, 200)
 #: ``--execution``: the contended examples run steady; ``noisy`` adds the issue-12 built-ins' execution
 #: block without overlap (2 % two-sided compute noise, a straggling iteration in 500 at 2x, start-up 5-30 s).
 #: ``classes`` and ``noisy-classes``: the same on a fabric that serves 8 traffic classes in strict priority
-#: (Ethernet's 8 priorities), every gang in the class after those running on its links (``sim.engine``).
+#: (Ethernet's 8 priorities), every gang in the class after those running on its links, whatever its policy
+#: (``classes_from: start-order``); ``published`` and ``noisy-published``: the same fabric, each gang in the
+#: class its policy published (metronome's; 0 for every other policy).
 NOISY = {"noise_cv": 0.02, "straggler_probability": 0.002, "straggler_slowdown": 2.0, "startup_s": [5, 30]}
+_START_ORDER = {"traffic_classes": 8, "classes_from": "start-order"}
+_PUBLISHED = {"traffic_classes": 8, "classes_from": "scheduler"}
 EXECUTIONS: dict[str, dict[str, Any]] = {
     "steady": {},
     "noisy": NOISY,
-    "classes": {"traffic_classes": 8},
-    "noisy-classes": {**NOISY, "traffic_classes": 8},
+    "classes": _START_ORDER,
+    "noisy-classes": {**NOISY, **_START_ORDER},
+    "published": _PUBLISHED,
+    "noisy-published": {**NOISY, **_PUBLISHED},
 }
 SHARING = ("half-nodes", "fragmented", "multirack", "thin-racks")
 
@@ -350,7 +358,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", type=int, default=3, help="seeds per scenario (default 3)")
     parser.add_argument("--execution", choices=sorted(EXECUTIONS), default="steady",
                         help="how jobs run: steady (the default, as the contended examples) or noisy (issue-12 noise); "
-                             "classes, noisy-classes: the same on a fabric of 8 traffic classes in strict priority")
+                             "classes, noisy-classes: the same on a fabric of 8 traffic classes in strict priority, "
+                             "every gang's by start order; published, noisy-published: metronome's classes only")
     parser.add_argument("--only", default="", help="comma-separated scenario names to run (default: the whole grid)")
     parser.add_argument("--write", metavar="DIR", help="also write every scenario of the grid as DIR/NAME.yaml")
     parser.add_argument("--plot", metavar="PNG", help="draw the heat map of metronome / volcano-topology (matplotlib)")

@@ -440,7 +440,7 @@ def pod_view(pod: Mapping[str, Any], gpu_resource: str, by_hostname: Mapping[str
         gated=objects.gated_by_us(pod), gates=objects.gates(pod), node_name=spec.get("nodeName") or None,
         pinned=objects.pinned_node(pod), gpus=objects.pod_gpus(pod, gpu_resource),
         priority=int(spec.get("priority") or 0), created_s=objects.created_s(pod),
-        annotations={k: ann[k] for k in (api.OFFSET_MS, api.PERIOD_MS, api.EPOCH) if k in ann},
+        annotations={k: ann[k] for k in api.SLOT_ANNOTATIONS if k in ann},
         obj=dict(pod), allowed=objects.pinned_nodes(pod, by_hostname), ranks=ranking.rank_keys(pod),
         volcano_role=ranking.volcano_role(pod) if scheduled_by_volcano(pod) else "")
 

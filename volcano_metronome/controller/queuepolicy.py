@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
@@ -11,11 +12,19 @@ from volcano_metronome.controller import objects
 from volcano_metronome.core import fields
 from volcano_metronome.core.errors import InvalidInput
 from volcano_metronome.core.grid import SlotGrid
-from volcano_metronome.core.model import MAX_HOLD_S, Ordering, Policy
+from volcano_metronome.core.model import MAX_HOLD_S, MAX_TRAFFIC_CLASSES, Ordering, Policy
 from volcano_metronome.core.profile import Profile
 from volcano_metronome.shapes.profiles import parse_profile
 
 DEFAULT_NAME = ""  # the built-in policy used when no QueuePolicy governs a gang
+#: An environment variable's name, as a container's ``env`` takes it (the API server's C identifier rule).
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+#: Most variables one traffic class may set (the CRD's maxProperties).
+MAX_CLASS_ENV = 8
+MAX_CLASS_VALUE = 256  # characters of one value (the CRD's maxLength)
+
+#: One traffic class: the environment variables that select it, sorted by name.
+ClassEnv = tuple[tuple[str, str], ...]
 
 
 @dataclass(frozen=True)
@@ -37,6 +46,9 @@ class QueuePolicyView:
     kueue_cluster_queues: frozenset[str] = frozenset()
     default_profile: Profile | None = None
     reoptimization: Reoptimization = field(default_factory=Reoptimization)
+    # ``spec.trafficClasses``: the fabric's classes in priority order, each as the environment that selects it;
+    # as many as ``policy.traffic_classes``.
+    traffic_classes: tuple[ClassEnv, ...] = ()
     generation: int = 0
     error: str = ""  # why the object could not be used as written (then it governs nothing)
     status: Mapping[str, Any] = field(default_factory=dict, compare=False)  # as observed
@@ -76,6 +88,7 @@ def _parse(obj: Mapping[str, Any], name: str, generation: int, grid: SlotGrid, n
         lock_on_demand=fields.boolean(spec.get("lockOnDemand", defaults.lock_on_demand),
                                       f"{where}.lockOnDemand"),
         max_hold_s=float(_int(spec, "maxHoldSeconds", int(defaults.max_hold_s), where, 0, int(MAX_HOLD_S))),
+        traffic_classes=len(classes := _classes(spec.get("trafficClasses"), f"{where}.trafficClasses")),
         grid=grid,
     )
     reopt_raw = spec.get("reoptimization") or {}
@@ -94,6 +107,7 @@ def _parse(obj: Mapping[str, Any], name: str, generation: int, grid: SlotGrid, n
         kueue_cluster_queues=_names(spec.get("kueueClusterQueues"), f"{where}.kueueClusterQueues"),
         default_profile=default_profile(spec.get("defaultProfile"), f"{where}.defaultProfile", nic_gbps, catalog),
         reoptimization=reopt,
+        traffic_classes=classes,
         generation=generation,
     )
 
@@ -122,6 +136,27 @@ def select(policies: Sequence[QueuePolicyView], *, volcano_queue: str | None = N
         if p.catch_all:
             return p
     return None
+
+
+def _classes(value: Any, where: str) -> tuple[ClassEnv, ...]:
+    """``trafficClasses``: ``[{env: {NAME: value}}, ...]``, first served first; none, or 2 to the most a fabric has."""
+    if value is None or value == []:
+        return ()
+    if not isinstance(value, list) or not 2 <= len(value) <= MAX_TRAFFIC_CLASSES:
+        raise InvalidInput(where, value, f"a list of 2 to {MAX_TRAFFIC_CLASSES} classes, each {{env: {{NAME: value}}}}")
+    out = []
+    for i, item in enumerate(value):
+        env = fields.mapping(item, f"{where}[{i}]", {"env"}).get("env") or {}
+        fields.mapping(env, f"{where}[{i}].env")
+        if len(env) > MAX_CLASS_ENV:
+            raise InvalidInput(f"{where}[{i}].env", env, f"at most {MAX_CLASS_ENV} variables")
+        for name, text in env.items():
+            if not (isinstance(name, str) and ENV_NAME.fullmatch(name)):
+                raise InvalidInput(f"{where}[{i}].env", name, "environment variable names (letters, digits, _)")
+            if len(fields.string(text, f"{where}[{i}].env.{name}", allow_empty=True)) > MAX_CLASS_VALUE:
+                raise InvalidInput(f"{where}[{i}].env.{name}", text, f"at most {MAX_CLASS_VALUE} characters")
+        out.append(tuple(sorted(env.items())))
+    return tuple(out)
 
 
 def _names(value: Any, where: str) -> frozenset[str]:

@@ -62,7 +62,8 @@ from volcano_metronome.core.errors import InvalidInput
 from volcano_metronome.core.placement import member_room
 from volcano_metronome.core.reoptimize import Move
 from volcano_metronome.core.topology import Topology
-from volcano_metronome.shapes.slots import timing_annotations
+from volcano_metronome.controller.queuepolicy import ClassEnv
+from volcano_metronome.shapes.slots import class_annotations, timing_annotations
 from volcano_metronome.controller.deciding import (HELD_FOR_CONTENTION, UNDECIDABLE, Decided, Reoptimised,
                                                    no_fit_category)
 from volcano_metronome.controller.writes import LOCKED, REDECIDING, TIMED_OUT, UNLOCKED, ClaimStatus, CreateClaim, DeleteClaim, DeletePod, Event, GangWrites, Plan, PodPatch, WorkloadCheck
@@ -144,7 +145,7 @@ def plan(world: World, decided: Decided, settings: Settings, now_s: float,
             w = _time_out(gang, settings, now_s)
         elif isinstance(result, Decision):
             w = _place(gang, result, settings, now_s, now_ms, locked=result.locked or gang.uid in decided.locks,
-                       topology=world.topology)
+                       topology=world.topology, classes=_classes(world, gang.policy))
             w = dataclasses.replace(w, requires=tuple(sorted({keys[u] for u in (*result.locks, *dict(result.relocations))
                                                               if u in keys})))
             if settings.pods_timeout_s > 0 and podless.awaiting_pods(gang):  # a hold from now (decidedAt)
@@ -244,19 +245,40 @@ def _ensure_claim(gang: GangView) -> tuple[CreateClaim, ...]:
     return (CreateClaim(gang.key.namespace, gang.claim_name, _claim_body(gang)),)
 
 
+def _classes(world: World, policy: str) -> tuple[ClassEnv, ...]:
+    """The traffic classes of QueuePolicy ``policy`` (none for the built-in default or a broken one)."""
+    return next((p.traffic_classes for p in world.policies if p.name == policy and not p.error), ())
+
+
+def _class_status(d: Decision, classes: Sequence[ClassEnv], prior: Mapping[str, object]) -> JSON:
+    """The claim status fields of a decision's traffic class (withdrawn where it has none but had one)."""
+    if d.traffic_class is not None and d.traffic_class < len(classes):
+        return {"trafficClass": d.traffic_class, "trafficClassEnv": dict(classes[d.traffic_class])}
+    return {key: None for key in ("trafficClass", "trafficClassEnv") if key in prior}
+
+
+def _class_note(classed: JSON, count: int) -> str:
+    if classed.get("trafficClass") is None:
+        return ""
+    env = "".join(f", {k}={v}" for k, v in sorted(classed["trafficClassEnv"].items()))
+    return f"; traffic class {classed['trafficClass']} of {count}{env}"
+
+
 def _place(gang: GangView, d: Decision, settings: Settings, now_s: float, now_ms: float,
-           locked: bool, topology: Topology | None = None) -> GangWrites:
+           locked: bool, topology: Topology | None = None, classes: Sequence[ClassEnv] = ()) -> GangWrites:
     if topology is not None:  # the claim lists its nodes in ring order: those of a rack consecutive
         nodes, members = ranks.ring_nodes(topology, d.nodes, d.members)
         d = dataclasses.replace(d, nodes=nodes, members=members)
     epoch = epoch_at_or_before(now_ms, settings)
     offset = relative_offset(d.offset_ms, epoch, d.period_ms)  # the core's offset is the Unix epoch's
     prior = gang.claim.conditions if gang.claim is not None else ()
+    classed = _class_status(d, classes, gang.claim.status if gang.claim is not None else {})
     message = (f"{gang.size} members on {len(d.nodes)} node(s) {', '.join(d.nodes)}; offset {offset:g} ms of "
                f"{d.period_ms:g} ms; " + ("feasible" if d.feasible else
                                           f"predicted overflow {d.overflow_gbps_ms:.3g} Gbps*ms per period")
                + ("" if locked else "; shares no contended link: runs free until a gang placed on its "
-                                       "links could collide with it"))
+                                       "links could collide with it")
+               + _class_note(classed, len(classes)))
     conds = objects.set_condition(prior, PLACED, "True", PLACED, message, now_s)
     conds = objects.set_condition(conds, NOFIT, "False", PLACED, "placed", now_s)
     if any(c.get("type") == vanished.VANISHED and c.get("status") == "True" for c in prior):
@@ -265,7 +287,7 @@ def _place(gang: GangView, d: Decision, settings: Settings, now_s: float, now_ms
     status: JSON = {
         "nodes": list(d.nodes), "members": list(d.members), "offsetMs": offset, "periodMs": d.period_ms,
         "epoch": epoch, "links": list(d.links), "predictedOverflowGbpsMs": round(d.overflow_gbps_ms, 6),
-        "feasible": d.feasible, "locked": locked, "decidedAt": format_time(now_s), "conditions": conds,
+        "feasible": d.feasible, "locked": locked, "decidedAt": format_time(now_s), "conditions": conds, **classed,
     }
     if gang.claim is not None and HELD_SINCE in gang.claim.status:
         status[HELD_SINCE] = None  # merge patch: removed
@@ -357,7 +379,7 @@ def _follow(gang: GangView, claim: ClaimView, move: Move | None, settings: Setti
     writes: tuple[ClaimStatus, ...] = ()
     if status:
         writes = (ClaimStatus(claim.namespace, claim.name, claim.resource_version, status),)
-    ann = timing_annotations(period, offset, epoch, locked)
+    ann = {**timing_annotations(period, offset, epoch, locked), **class_annotations(claim.status)}
     pods = tuple(p for p in (_pod_patch(t.pod, t.nodes, ann, gang.hostnames) for t in assignment.targets)
                  if p is not None)
     if gang.check is not None and gang.obj is not None and gang.check.state != "Ready":

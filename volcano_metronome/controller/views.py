@@ -19,6 +19,7 @@ from volcano_metronome.controller.queuepolicy import QueuePolicyView
 from volcano_metronome.core.model import Gang, Running
 from volcano_metronome.core.profile import Profile
 from volcano_metronome.core.topology import Topology
+from volcano_metronome.shapes.slots import traffic_class
 
 PODGROUP, WORKLOAD, JOB = "PodGroup", "Workload", "Job"
 GANG_KINDS = (PODGROUP, WORKLOAD, JOB)
@@ -280,5 +281,7 @@ def running_gang(claim: ClaimView, profile: Profile, priority: int, gpm: int, cr
         return None
     gang = Gang(uid=f"{claim.namespace}/{claim.name}", name=label, size=sum(m for _, m in kept),
                 gpus_per_member=gpm, profile=profile, priority=priority, created_s=created)
+    klass = traffic_class(claim.status)
     return Running(gang, tuple(n for n, _ in kept), tuple(m for _, m in kept), claim.origin_offset_ms(),
-                   locked=claim.locked, period_ms=claim.period_ms or None)
+                   locked=claim.locked, period_ms=claim.period_ms or None,
+                   traffic_class=klass[0] if klass is not None else None)

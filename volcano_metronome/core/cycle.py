@@ -47,5 +47,7 @@ def commit(snapshot: Snapshot, gang: Gang, decision: Decision) -> None:
         gang = dataclasses.replace(gang, profile=decision.profile)
     pattern = lay_out(gang.profile, grid, grid.held(gang.profile.period_ms, decision.period_ms))
     snapshot.assume(gang, nodes, np.array(decision.members), decision.offset_slots, pattern, locked=decision.locked)
+    if decision.traffic_class is not None:
+        snapshot.classes[gang.uid] = decision.traffic_class
     for uid in decision.locks:
         snapshot.lock(uid)

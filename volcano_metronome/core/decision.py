@@ -76,6 +76,7 @@ from typing import Iterator
 import numpy as np
 
 from volcano_metronome.core import phasing
+from volcano_metronome.core.classes import classify
 from volcano_metronome.core.grid import Pattern, SnappedPeriod, dilate, lay_out
 from volcano_metronome.core.model import Gang, Policy
 from volcano_metronome.core.placement import Candidate, Candidates, candidates
@@ -122,6 +123,7 @@ class Decision:
     # The profile it runs with on these nodes where a link is slower than its bursts (``core.bottleneck``): its
     # period and offset refer to it. None: its own.
     profile: Profile | None = None
+    traffic_class: int | None = None  # the fabric's priority class its bursts use (``core.classes``); None: none given
 
 
 @dataclass(frozen=True)
@@ -220,7 +222,10 @@ def decide(snapshot: Snapshot, gang: Gang, policy: Policy, earliest: int = 0,
         if best is None or rank < best[0] - 1e-12:
             best = (rank, result)
     # None fits as it would run: every node set planned with the declared profile, as before throttling was modelled.
-    return best[1] if best is not None else _decide_as(snapshot, gang, policy, earliest, found, free)
+    result = best[1] if best is not None else _decide_as(snapshot, gang, policy, earliest, found, free)
+    if isinstance(result, NoFit) or policy.traffic_classes < 2:
+        return result
+    return classify(snapshot, result, policy.traffic_classes)
 
 
 def _throttle_per_slot(snapshot: Snapshot, declared: Profile, d: Decision) -> float:

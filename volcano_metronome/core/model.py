@@ -12,6 +12,8 @@ from volcano_metronome.core.topology import Topology
 
 #: The longest ``Policy.max_hold_s``: an hour (a hold is a bounded wait, never admission control).
 MAX_HOLD_S = 3600.0
+#: Most traffic classes a fabric serves in priority (InfiniBand has 16 service levels; RoCE, 8 priorities).
+MAX_TRAFFIC_CLASSES = 16
 
 
 @dataclass(frozen=True)
@@ -59,6 +61,7 @@ class Running:
     offset_ms: float
     locked: bool = True
     period_ms: float | None = None  # the period published for it (``SlotGrid.held``); None: its profile's snap
+    traffic_class: int | None = None  # the class published for it (``core.classes``); None: none (the fabric's default)
 
     def __post_init__(self) -> None:
         if len(self.nodes) != len(self.members) or not self.nodes:
@@ -66,6 +69,10 @@ class Running:
         if sum(self.members) != self.gang.size:
             raise InvalidInput(f"gang {self.gang.name}: members", self.members,
                                f"member counts summing to the gang size {self.gang.size}")
+        k = self.traffic_class
+        if k is not None and (isinstance(k, bool) or not (isinstance(k, int) and 0 <= k < MAX_TRAFFIC_CLASSES)):
+            raise InvalidInput(f"gang {self.gang.name}: traffic_class", k,
+                               f"an integer in [0, {MAX_TRAFFIC_CLASSES - 1}] or None")
 
 
 @dataclass(frozen=True)
@@ -102,6 +109,7 @@ class Policy:
     max_candidates: int = 8  # node sets scored per gang (see core.placement)
     lock_on_demand: bool = True  # a gang that shares no link runs free (no padding) until one does
     max_hold_s: float = 60.0  # longest a gang is held back where every node set collides heavily (core.holding)
+    traffic_classes: int = 0  # classes the fabric serves in priority that gangs are given (core.classes); 0: none
     grid: SlotGrid = field(default_factory=SlotGrid)
 
     def __post_init__(self) -> None:
@@ -122,3 +130,6 @@ class Policy:
         hold = self.max_hold_s
         if isinstance(hold, bool) or not (isinstance(hold, (int, float)) and 0.0 <= hold <= MAX_HOLD_S):
             raise InvalidInput("policy.max_hold_s", self.max_hold_s, f"a number of seconds in [0, {MAX_HOLD_S:g}]")
+        classes = self.traffic_classes
+        if isinstance(classes, bool) or not (isinstance(classes, int) and 0 <= classes <= MAX_TRAFFIC_CLASSES):
+            raise InvalidInput("policy.traffic_classes", classes, f"an integer in [0, {MAX_TRAFFIC_CLASSES}]")

@@ -68,6 +68,9 @@ class Snapshot:
         # While a dict: each gang's Placed (None: absent) before its first change since, so that a caller keeping
         # the snapshot across cycles can undo a cycle's changes in proportion to them (:meth:`rollback`).
         self.touched: dict[str, Placed | None] | None = None
+        # The traffic class each gang was given (``core.classes``); read only for the gangs placed. Kept apart from
+        # ``Placed`` because a gang's class never changes while moves, locks and re-lays re-assume it.
+        self.classes: dict[str, int] = {}
 
     @classmethod
     def build(cls, state: ClusterState, grid: SlotGrid) -> "Snapshot":
@@ -100,6 +103,8 @@ class Snapshot:
         gang = self.as_run(r.gang, nodes, members)
         pattern = lay_out(gang.profile, self.grid, period or self.grid.held(gang.profile.period_ms, r.period_ms))
         offset = int(round(r.offset_ms / self.grid.slot_ms)) % pattern.slots
+        if r.traffic_class is not None:
+            self.classes[r.gang.uid] = r.traffic_class
         return self.assume(gang, nodes, members, offset, pattern, hold_gpus=False, locked=r.locked)
 
     def rows(self, links: np.ndarray, period: int) -> np.ndarray:

@@ -7,9 +7,11 @@ must produce the same text, or the controller would patch a pod the webhook alre
 
 from __future__ import annotations
 
+import json
 from typing import Any, Mapping, Sequence
 
 from volcano_metronome import api
+from volcano_metronome.core.model import MAX_TRAFFIC_CLASSES
 
 #: kube-scheduler's name (``spec.schedulerName`` empty or this: not Volcano's; Volcano's name is configurable).
 DEFAULT_SCHEDULER = "default-scheduler"
@@ -25,6 +27,31 @@ def timing_annotations(period_ms: float, offset_ms: float, epoch_ms: int, locked
     return {api.PERIOD_MS: number_text(period_ms),
             api.OFFSET_MS: number_text(offset_ms) if locked else None,
             api.EPOCH: str(epoch_ms) if locked else None}
+
+
+def traffic_class(status: Mapping[str, Any]) -> tuple[int, dict[str, str]] | None:
+    """A claim status's ``trafficClass`` and the environment that selects it; None where it has none (or not
+    as the controller writes it: an index and a mapping of strings)."""
+    klass, env = status.get("trafficClass"), status.get("trafficClassEnv") or {}
+    if isinstance(klass, bool) or not isinstance(klass, int) or not 0 <= klass < MAX_TRAFFIC_CLASSES or \
+            not isinstance(env, Mapping):
+        return None
+    if not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
+        return None
+    return klass, dict(env)
+
+
+def class_annotations(status: Mapping[str, Any]) -> dict[str, str]:
+    """The pod annotations that carry a placed gang's traffic class (none where its claim has none).
+
+    Written once, before the gate is removed: NCCL reads its class when it makes a communicator, so a gang
+    keeps its class to the end and the annotations are never withdrawn.
+    """
+    found = traffic_class(status)
+    if found is None:
+        return {}
+    klass, env = found
+    return {api.TRAFFIC_CLASS: str(klass), api.TRAFFIC_CLASS_ENV: json.dumps(env, sort_keys=True, separators=(",", ":"))}
 
 
 def slot_node(nodes: Sequence[str], members: Sequence[int], position: int) -> str | None:

@@ -29,11 +29,13 @@ Execution noise (``workload.Execution``, off unless a scenario asks): every iter
 multiplied by a two-sided draw (and occasionally a straggler's slowdown), and a placed gang starts
 computing after a start-up delay. Its draws come from their own seeded stream, per job.
 
-Traffic classes (``Execution.traffic_classes`` above 1): a gang's bursts take the class after the
-lowest-served one among the running gangs it shares a link with when it starts (0 where it shares
-none; the last class once they run out), and keep it to the end, as NCCL reads its traffic class once,
-when the communicator is made. The fluid serves the classes in strict priority. The class is the
-network's, not the policy's: every policy runs on the same one.
+Traffic classes (``Execution.traffic_classes`` above 1): the fluid serves the classes in strict
+priority, and a gang's bursts keep their class to the end, as NCCL reads its traffic class once, when
+the communicator is made. The class is the one its policy published (``Placement.traffic_class``;
+metronome hands them out by ``core.classes``, every other policy publishes none and its gangs share
+class 0), or, with ``classes_from: start-order``, the fabric's own for every policy, by the same rule:
+the class after the lowest-served one among the running gangs it shares a link with when it starts (0
+where it shares none; the last class once they run out).
 
 Gangs that load no link (one node) never touch the network: their end is computed in one step.
 """
@@ -48,6 +50,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from volcano_metronome.core.classes import next_class
 from volcano_metronome.core.traffic import link_shares
 from volcano_metronome.runtime import aim_and_arm, stretched
 from volcano_metronome.scenario import JobSpec
@@ -168,14 +171,9 @@ Progress = Callable[[int, int, float], None]
 
 
 def traffic_class(users: np.ndarray) -> int:
-    """The class of a gang starting where ``users[link, k]`` gangs of class ``k`` run on each of its links:
-    the one after the lowest-served class there (0 where nobody runs), the last once they run out.
-
-    A newcomer never takes priority over a gang already running on its links (while classes last): on a
-    link its bursts fill the gaps the incumbents' leave, so its phase settles beside theirs without a clock.
-    """
-    used = np.flatnonzero(users.any(axis=0))
-    return min(users.shape[1] - 1, int(used[-1]) + 1) if len(used) else 0
+    """The class of a gang starting where ``users[link, k]`` gangs of class ``k`` run on each of its links, by
+    ``core.classes.next_class``: the one after the lowest-served class there (0 where nobody runs)."""
+    return next_class(np.flatnonzero(users.any(axis=0)).tolist(), users.shape[1])
 
 
 class Engine:
@@ -187,7 +185,10 @@ class Engine:
         self.topology = sim.scenario.topology.build()
         self.kernel = Kernel()
         self.fluid = Fluid(self.kernel, self.topology)
-        self.policy = policy if isinstance(policy, SimPolicy) else make(policy, Context(sim.scenario, self.topology, seed))
+        execution = sim.execution
+        handed_out = execution.traffic_classes if execution.classes_from == "scheduler" else 0
+        self.policy = policy if isinstance(policy, SimPolicy) else make(
+            policy, Context(sim.scenario, self.topology, seed, traffic_classes=handed_out))
         self.seed = seed
         self.jobs = [JobRun(spec, i, seed, sim.execution) for i, spec in enumerate(jobs)]
         self.by_name = {j.spec.name: j for j in self.jobs}
@@ -249,7 +250,8 @@ class Engine:
         self._cycle_queued = False
         for placement in self.policy.schedule(self.kernel.now, [j.spec for j in self.pending.values()]):
             job = self.pending.pop(placement.uid)
-            self._start(job, placement.nodes, placement.members, placement.offset_ms, placement.period_ms)
+            self._start(job, placement.nodes, placement.members, placement.offset_ms, placement.period_ms,
+                        placement.traffic_class)
         for at in self.policy.wakeups():
             self.kernel.at(at, self._queue_cycle, rank=SCHEDULING)
         for uid, period_ms in self.policy.periods():  # re-laid by a lock: its offset follows in the shifts
@@ -268,7 +270,7 @@ class Engine:
         job.fresh = True
 
     def _start(self, job: JobRun, nodes: np.ndarray, members: np.ndarray, offset_ms: float | None,
-               period_ms: float | None) -> None:
+               period_ms: float | None, published_class: int | None = None) -> None:
         spec = job.spec
         gpus = members * spec.gpus_per_worker
         if int(members.sum()) != spec.workers or (self.free[nodes] < gpus).any():
@@ -287,7 +289,11 @@ class Engine:
             # No network: the job runs alone whatever the others do.
             self.kernel.at(now + job.alone_s(math.inf), self._complete, job)
             return
-        job.route = self.fluid.route(job.links, shares, traffic_class(self.class_users[job.links]))
+        if self.sim.execution.classes_from == "start-order":
+            klass = traffic_class(self.class_users[job.links])
+        else:
+            klass = min(published_class or 0, self.class_users.shape[1] - 1)
+        job.route = self.fluid.route(job.links, shares, klass)
         self.class_users[job.links, job.route.klass] += 1
         self._occupy(job.links, +1)
         if period_ms is not None:

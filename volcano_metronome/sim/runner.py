@@ -40,6 +40,7 @@ def simulate(sim: SimScenario, policies: Sequence[str], seeds: Sequence[int],
     report = compare(sim.name, seeds, runs)
     if sim.execution.traffic_classes > 1:  # the fabric every policy ran on: only where it is not the fair one
         report["traffic_classes"] = sim.execution.traffic_classes
+        report["classes_from"] = sim.execution.classes_from
     return report, runs
 
 

@@ -28,6 +28,7 @@ import numpy as np
 from volcano_metronome.catalog import Catalog
 from volcano_metronome.core.errors import InvalidInput
 from volcano_metronome.core import fields
+from volcano_metronome.core.model import MAX_TRAFFIC_CLASSES
 from volcano_metronome.core.profile import Profile
 from volcano_metronome.scenario import (MAX_ITERATIONS, MAX_PRIORITY, MAX_TIME_S, MAX_WORKERS, MIN_PRIORITY, JobSpec,
                                         Scenario, model_profile, parse)
@@ -42,8 +43,8 @@ MAX_WEIGHT = 1e9
 MAX_NOISE_CV = 1.0
 #: Largest straggler slowdown: a straggling iteration at most 100 times its usual compute.
 MAX_SLOWDOWN = 100.0
-#: Traffic classes a fabric serves in priority: InfiniBand's 16 service levels (Ethernet has 8 priorities).
-MAX_TRAFFIC_CLASSES = 16
+#: Who gives each gang its traffic class (``Execution.classes_from``).
+CLASSES_FROM = ("scheduler", "start-order")
 
 
 @dataclass(frozen=True)
@@ -68,8 +69,11 @@ class Execution:
     (two-sided noise), and with probability ``straggler_probability`` by ``straggler_slowdown`` too.
     A placed gang starts computing after a start-up delay drawn uniformly in ``startup_s``. With
     ``overlap`` catalog models hide part of their all-reduce under compute (``ModelWindow.overlap``).
-    With ``traffic_classes`` above 1 the network serves that many classes in strict priority, each gang
-    in the class after those it finds on its links (``sim.engine``); 1 is plain max-min fair sharing.
+    With ``traffic_classes`` above 1 the network serves that many classes in strict priority; 1 is plain
+    max-min fair sharing. ``classes_from`` says who picks each gang's class: ``scheduler`` (the policy, as
+    metronome publishes one and every other policy none, which leaves its gangs in class 0) or
+    ``start-order`` (the fabric itself, for every policy, by ``core.classes``'s rule: what any scheduler
+    would get if it handed classes out the same way).
     """
 
     noise_cv: float = 0.0
@@ -78,6 +82,7 @@ class Execution:
     startup_s: tuple[float, float] = (0.0, 0.0)
     overlap: bool = False
     traffic_classes: int = 1
+    classes_from: str = "scheduler"
 
     @property
     def random(self) -> bool:
@@ -193,8 +198,9 @@ def _generated_name(name: str, gen: Generate) -> bool:
 
 def parse_execution(data: Any) -> Execution:
     """Parse ``execution: {noise_cv, straggler_probability, straggler_slowdown, startup_s: [lo, hi], overlap,
-    traffic_classes}``."""
-    keys = {"noise_cv", "straggler_probability", "straggler_slowdown", "startup_s", "overlap", "traffic_classes"}
+    traffic_classes, classes_from}``."""
+    keys = {"noise_cv", "straggler_probability", "straggler_slowdown", "startup_s", "overlap", "traffic_classes",
+            "classes_from"}
     _mapping(data, "execution", keys)
     startup = data.get("startup_s", [0.0, 0.0])
     if not (isinstance(startup, list) and len(startup) == 2):
@@ -213,6 +219,7 @@ def parse_execution(data: Any) -> Execution:
         straggler_probability=probability, straggler_slowdown=slowdown, startup_s=(low, high),
         overlap=fields.boolean(data.get("overlap", False), "execution.overlap"),
         traffic_classes=fields.integer(data.get("traffic_classes", 1), "execution.traffic_classes", 1, MAX_TRAFFIC_CLASSES),
+        classes_from=fields.choice(data.get("classes_from", "scheduler"), "execution.classes_from", CLASSES_FROM),
     )
 
 

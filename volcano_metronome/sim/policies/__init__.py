@@ -40,6 +40,7 @@ class Placement:
     members: np.ndarray  # members on each node
     offset_ms: float | None = None  # None with a period: the gang runs free until an offset is published
     period_ms: float | None = None
+    traffic_class: int | None = None  # the fabric's class it is given (``core.classes``); None: the default, 0
 
 
 @dataclass(frozen=True, eq=False)
@@ -49,6 +50,7 @@ class Context:
     scenario: Scenario
     topology: Topology
     seed: int
+    traffic_classes: int = 0  # classes the fabric serves in priority that a policy may hand out; 0: none
 
 
 @dataclass

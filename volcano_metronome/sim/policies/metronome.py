@@ -25,6 +25,7 @@ choice starts at once instead of waiting up to a period for offset 0.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from typing import Any, Sequence
 
@@ -54,7 +55,8 @@ class Metronome(SimPolicy):
         super().__init__(ctx)
         topo = ctx.topology
         scenario = ctx.scenario
-        self.policy = scenario.policy
+        # Where the fabric has classes for it to hand out, its QueuePolicy lists them all (``core.classes``).
+        self.policy = dataclasses.replace(scenario.policy, traffic_classes=ctx.traffic_classes)
         self.snapshot = Snapshot(topo, scenario.grid, np.full(len(topo.nodes), scenario.topology.gpus_per_node))
         self.capacity = topo.capacity_mbps
         self.links_of: dict[str, np.ndarray] = {}
@@ -113,7 +115,7 @@ class Metronome(SimPolicy):
             phased = len(links) > 0
             offset = result.offset_ms if phased and result.locked else None
             out.append(Placement(gang.uid, self.snapshot.topology.nodes_of(result.nodes), np.array(result.members),
-                                 offset, result.period_ms if phased else None))
+                                 offset, result.period_ms if phased else None, result.traffic_class))
         self._reoptimise()
         if self.departed:
             self.departed = False
@@ -123,6 +125,7 @@ class Metronome(SimPolicy):
     def release(self, now: float, uid: str) -> None:
         """Forget the gang; its links may now let neighbours move to better offsets."""
         self.snapshot.forget(uid)
+        self.snapshot.classes.pop(uid, None)
         links = self.links_of.pop(uid)
         for link in links.tolist():
             self.on_link[link].discard(uid)

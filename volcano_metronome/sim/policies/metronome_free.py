@@ -1,5 +1,8 @@
 """``metronome-free``: metronome's own placements with no offset ever published (the control for TDM).
 
+Where the fabric has traffic classes for it to hand out, it publishes metronome's classes: they need no
+clock, so the difference to ``metronome`` stays what the offsets alone buy.
+
 The same core makes the same decisions (same candidates, same node sets, same queue order, same
 re-optimisation bookkeeping), but nothing it decides about phases reaches the runtime: a placement
 carries neither an offset nor a snapped period, and no shift (move, lock or unlock) is published.
@@ -25,7 +28,8 @@ class MetronomeFree(Metronome):
 
     def schedule(self, now: float, pending: Sequence[JobSpec]) -> list[Placement]:
         """metronome's cycle, with the phase (offset and snapped period) of every placement dropped."""
-        return [Placement(p.uid, p.nodes, p.members) for p in super().schedule(now, pending)]
+        return [Placement(p.uid, p.nodes, p.members, traffic_class=p.traffic_class)
+                for p in super().schedule(now, pending)]
 
     def shifts(self) -> list[tuple[str, float | None]]:
         """Nothing is ever published (the core's moves, locks and unlocks are discarded)."""
