@@ -107,3 +107,12 @@ def test_a_gang_beside_gangs_of_other_classes_runs_free_where_it_would_have_lock
     assert not classed[1].locked and classed[1].locks == () and classed[1].relocations == ()
     # The classes ran out: c shares b's class, and is locked as decided, with the gangs it must align.
     assert classed[2].locked and set(classed[2].locks) == {"a", "b"}
+
+
+def test_a_gang_whose_bursts_cannot_fit_beside_theirs_shares_their_class_instead_of_starving() -> None:
+    # Bursts of 120 ms in 200 on both NICs: no offset keeps the two apart, so a class below a's would
+    # leave b only a's gaps, too short for its bursts; it shares class 0 with a, fairly.
+    snap = empty(two_nodes(), 8)
+    a = placed(snap, gang("a", 2, 5, start=80, length=120, gbps=80))
+    b = placed(snap, gang("b", 2, 2, start=80, length=120, gbps=80))
+    assert b.overflow_gbps_ms > 0 and (a.traffic_class, b.traffic_class) == (0, 0)

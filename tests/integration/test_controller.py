@@ -432,6 +432,8 @@ def test_a_policy_s_traffic_classes_reach_the_claims_and_pods_through_a_real_api
         lock_gang(cluster, ns, "b", queue)
         wait_until(lambda: follows_claim(cluster, ns, "b", locked=False), 60, lambda: f"gang b placed\n{ctl.logs()}")
         assert claim_status(cluster, ns, "a")["locked"] is False
+        assert wait_until(lambda: ctl.metric('metronome_controller_traffic_class_placements_total{traffic_class="1"}'),
+                          10, "the class metric") == 1
         for gang, klass in (("a", 0), ("b", 1)):
             status = claim_status(cluster, ns, gang)
             assert (status["trafficClass"], status["trafficClassEnv"]) == (klass, classes[klass]["env"])

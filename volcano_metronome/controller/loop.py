@@ -268,6 +268,8 @@ class Controller:
                 m.decision_seconds.observe(per)
         m.cycle_seconds.observe(cycle_s)
         m.placements.inc(len(outcome.placed))
+        for klass in outcome.placed_classes:
+            m.class_placements.labels(str(klass)).inc()
         held = 0
         for r in decided:
             if isinstance(r, NoFit):

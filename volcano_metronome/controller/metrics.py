@@ -48,6 +48,9 @@ class Metrics:
             f"{_PREFIX}_cycle_seconds", "Time of one whole cycle (observe, decide, write)",
             buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0), registry=r)
         self.placements = Counter(f"{_PREFIX}_placements", "Gangs placed", registry=r)
+        self.class_placements = Counter(f"{_PREFIX}_traffic_class_placements", "Gangs placed with a traffic class "
+                                        "(QueuePolicy trafficClasses), by class (0: served first)", ["traffic_class"],
+                                        registry=r)
         self.no_fits = Counter(f"{_PREFIX}_no_fits", "Decisions that found no placement, by reason", ["reason"],
                                registry=r)
         self.reconfigurations = Counter(f"{_PREFIX}_reconfigurations", "Running gangs given a new offset",

@@ -307,7 +307,7 @@ def _place(gang: GangView, d: Decision, settings: Settings, now_s: float, now_ms
     if settings.events:
         after = after + (Event(regarding(gang), PLACED, message),)
     return GangWrites(str(gang.key), _ensure_claim(gang) + (ClaimStatus(gang.key.namespace, gang.claim_name, rv, status),),
-                      follow.pods, after, placed=True)
+                      follow.pods, after, placed=True, traffic_class=classed.get("trafficClass"))
 
 
 def _follow(gang: GangView, claim: ClaimView, move: Move | None, settings: Settings, now_s: float,

@@ -60,6 +60,7 @@ class Outcome:
     errors: int = 0
     ungated: int = 0
     placed: list[str] = field(default_factory=list)
+    placed_classes: list[int] = field(default_factory=list)  # the traffic class of each placed gang that got one
     locked: list[str] = field(default_factory=list)  # running gangs told to align, all their writes done
     unlocked: list[str] = field(default_factory=list)  # running gangs let run free, all their writes done
     redecided: list[str] = field(default_factory=list)  # claims released for a vanished node, all writes done
@@ -116,6 +117,8 @@ class Writer:
         for g, good in zip(finish, done):
             if good and g.placed:
                 out.placed.append(g.gang)
+                if g.traffic_class is not None:
+                    out.placed_classes.append(g.traffic_class)
             if good and g.transition:
                 {LOCKED: out.locked, UNLOCKED: out.unlocked, REDECIDING: out.redecided,
                  TIMED_OUT: out.timed_out}[g.transition].append(g.gang)

@@ -111,6 +111,7 @@ class GangWrites:
     pods: tuple[PodPatch | DeletePod, ...] = ()
     after: tuple[WorkloadCheck | Event, ...] = ()
     placed: bool = False  # this plan records a new decision for the gang
+    traffic_class: int | None = None  # the class that decision gives it (QueuePolicy trafficClasses)
     requires: tuple[str, ...] = ()
     # LOCKED, UNLOCKED, REDECIDING or TIMED_OUT when this plan locks, unlocks or releases a gang
     transition: str = ""
