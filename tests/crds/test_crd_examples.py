@@ -89,6 +89,16 @@ def test_example_default_profiles_are_accepted_by_the_core() -> None:
     assert seen == {"model", "explicit"}
 
 
+def test_example_queue_policies_are_accepted_by_the_controller() -> None:
+    """What the API server admits the controller must take too, or the policy would govern nothing."""
+    from volcano_metronome.controller.queuepolicy import parse
+    from volcano_metronome.core.grid import SlotGrid
+
+    views = [parse(obj, SlotGrid(), 100.0) for _, obj in EXAMPLES if obj["kind"] == "QueuePolicy"]
+    assert [v.error for v in views] == [""] * len(views)
+    assert any(v.policy.traffic_classes == 3 and v.traffic_classes[1] == (("NCCL_IB_TC", "74"),) for v in views)
+
+
 def test_placed_example_status_is_consistent() -> None:
     placed = next(obj for _, obj in EXAMPLES if "nodes" in obj.get("status", {}))
     status = placed["status"]
