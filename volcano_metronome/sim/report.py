@@ -394,7 +394,7 @@ def table(report: Mapping[str, Any]) -> str:
         lines.append(f"network: {report['traffic_classes']} traffic classes in strict priority, " + (
             "each gang in the class after those running on its links, for every policy (classes_from: start-order)"
             if report.get("classes_from") == "start-order" else
-            "each gang in the class its scheduler published: metronome's by start order, 0 for every other policy"))
+            "each gang in the class its scheduler published: metronome's (core.classes), 0 for every other policy"))
     head = (f"{'policy':<17}{'done':>9}{'avg JCT s':>11}{'p99 JCT s':>11}{'slowdown':>10}{'queue s':>9}"
             f"{'bottleneck':>12}{'avg link':>10}{'comm x':>8}{'excess':>8}{'decide ms p50/p99':>19}")
     lines += [head, "-" * len(head)]

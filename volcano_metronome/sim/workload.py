@@ -72,8 +72,8 @@ class Execution:
     With ``traffic_classes`` above 1 the network serves that many classes in strict priority; 1 is plain
     max-min fair sharing. ``classes_from`` says who picks each gang's class: ``scheduler`` (the policy, as
     metronome publishes one and every other policy none, which leaves its gangs in class 0) or
-    ``start-order`` (the fabric itself, for every policy, by ``core.classes``'s rule: what any scheduler
-    would get if it handed classes out the same way).
+    ``start-order`` (the fabric itself, for every policy, by start order alone: ``core.classes.next_class``,
+    what any scheduler would get if something handed its gangs classes that way).
     """
 
     noise_cv: float = 0.0
