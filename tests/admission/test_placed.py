@@ -156,6 +156,17 @@ def test_unlocked_claim_gives_the_period_only():
     assert not out["spec"].get("schedulingGates")
 
 
+def test_a_claim_with_a_traffic_class_gives_its_pods_the_class_and_the_controller_agrees():
+    pods = builders.volcano_task_pods(NS, "vj", [("worker", 10, 2)])
+    c = claim("PodGroup", "vj")
+    c["status"].update({"trafficClass": 1, "trafficClassEnv": {"NCCL_IB_TC": "74", "NCCL_IB_SL": "2"}})
+    out = webhook(pods[0], lookups([c], [podgroup("vj", {"worker": 10})]))
+    ann = out["metadata"]["annotations"]
+    assert ann[api.TRAFFIC_CLASS] == "1" and ann[api.TRAFFIC_CLASS_ENV] == '{"NCCL_IB_SL":"2","NCCL_IB_TC":"74"}'
+    view = claim_view(c)
+    assert (view.traffic_class, view.traffic_class_env) == (1, (("NCCL_IB_SL", "2"), ("NCCL_IB_TC", "74")))
+
+
 @pytest.mark.parametrize("why", ["no-claim-cache", "no-claim", "released", "other-gang", "two-roles", "own-affinity",
                                  "no-index", "bound", "withdrawn-offset", "past-the-members"])
 def test_fallback_gates_the_pod(why):

@@ -116,3 +116,25 @@ def test_a_gang_whose_bursts_cannot_fit_beside_theirs_shares_their_class_instead
     a = placed(snap, gang("a", 2, 5, start=80, length=120, gbps=80))
     b = placed(snap, gang("b", 2, 2, start=80, length=120, gbps=80))
     assert b.overflow_gbps_ms > 0 and (a.traffic_class, b.traffic_class) == (0, 0)
+
+
+def test_the_snapshot_drops_a_class_with_its_gang_and_with_the_cycle_that_placed_it() -> None:
+    snap = empty(two_nodes(), 8)
+    placed(snap, gang("a", 2, 6))
+    snap.touched = {}  # a cycle: b placed, then undone
+    placed(snap, gang("b", 2, 2))
+    assert snap.classes == {"a": 0, "b": 1}
+    snap.rollback()
+    assert snap.classes == {"a": 0}
+    snap.depart("a")
+    assert snap.classes == {} and "a" not in snap.placed
+
+
+def test_a_running_gang_without_a_class_clears_the_one_its_uid_had() -> None:
+    topo = two_nodes()
+    snap = empty(topo, 8)
+    a = gang("a", 2, 6)
+    snap.assume_running(Running(a, tuple(topo.nodes), (1, 1), 0.0, traffic_class=2))
+    snap.forget("a")
+    snap.assume_running(Running(a, tuple(topo.nodes), (1, 1), 0.0))  # placed again where the policy lists none
+    assert snap.classes == {}

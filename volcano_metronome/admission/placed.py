@@ -35,7 +35,8 @@ from volcano_metronome.admission.resolve import Context
 from volcano_metronome.shapes import ranks
 from volcano_metronome.shapes.refs import claim_name as shapes_claim_name
 from volcano_metronome.shapes.selectors import NODE_NAME_FIELD
-from volcano_metronome.shapes.slots import class_annotations, scheduled_by_volcano, slot_node, timing_annotations
+from volcano_metronome.shapes.slots import (class_annotations, scheduled_by_volcano, slot_node, timing_annotations,
+                                            traffic_class)
 
 
 @dataclass(frozen=True)
@@ -117,8 +118,9 @@ def _decided(claim: Any, kind: str, name: str) -> tuple[tuple[str, ...], tuple[i
     if (not (math.isfinite(period) and math.isfinite(offset)) or period <= 0 or not 0 <= epoch < 2**63
             or not all(isinstance(n, str) and n for n in nodes)):
         return None
+    klass, env = traffic_class(status) or (None, {})
     return tuple(nodes), counts, {**timing_annotations(period, offset, epoch, status.get("locked") is not False),
-                                  **class_annotations(status)}
+                                  **class_annotations(klass, env.items())}
 
 
 def _part(obj: Any, key: str) -> Mapping[str, Any]:

@@ -14,7 +14,7 @@ from typing import Callable, Mapping, Sequence
 import numpy as np
 
 from volcano_metronome.controller.views import World
-from volcano_metronome.controller.queuepolicy import Reoptimization
+from volcano_metronome.controller.queuepolicy import QueuePolicyView, Reoptimization
 from volcano_metronome.controller.settings import Settings
 from volcano_metronome.core.cycle import commit
 from volcano_metronome.core.decision import Decision, NoFit
@@ -82,12 +82,15 @@ def snapshot(world: World, settings: Settings) -> tuple[Snapshot, list[str]]:
     return snap, warnings
 
 
+def policy_view(world: World, name: str) -> QueuePolicyView | None:
+    """QueuePolicy ``name`` where it is usable; None for the built-in default ("") or a broken one."""
+    return next((p for p in world.policies if p.name == name and not p.error), None)
+
+
 def core_policy(world: World, name: str, settings: Settings) -> Policy:
     """The core policy of QueuePolicy ``name`` (the built-in default for "")."""
-    for p in world.policies:
-        if p.name == name and not p.error:
-            return p.policy
-    return Policy(grid=settings.grid)
+    view = policy_view(world, name)
+    return view.policy if view is not None else Policy(grid=settings.grid)
 
 
 def decide(world: World, settings: Settings, now_s: float, clock: Callable[[], float] | None = None,

@@ -133,7 +133,7 @@ class RunningLoads:
         if desired is not None and self._held.get(uid) == desired and uid not in self._failed:
             return
         if uid in snap.placed:
-            snap.forget(uid)
+            snap.depart(uid)
         self._held.pop(uid, None)
         self._failed.pop(uid, None)
         if desired is None or owner is None:

@@ -31,7 +31,7 @@ from volcano_metronome.shapes import JSON
 from volcano_metronome.controller.queuepolicy import QueuePolicyView
 from volcano_metronome.controller.settings import Settings
 from volcano_metronome.core.errors import InvalidInput
-from volcano_metronome.shapes.slots import scheduled_by_volcano
+from volcano_metronome.shapes.slots import scheduled_by_volcano, traffic_class
 from volcano_metronome.controller.gangs import claim_names, cluster_queue_checks, decidable_before_pods, find_claim, gang_view, member_specs, owning_workload, pod_gang_ref, workload_check
 from volcano_metronome.controller.views import PODGROUP, WORKLOAD, Changed, ClaimView, GangKey, GangView, Inputs, PodView, World
 from volcano_metronome.shapes.profiles import profile_from_spec
@@ -462,6 +462,7 @@ def claim_view(obj: Mapping[str, Any]) -> ClaimView:
     placed_cond = next((c for c in conditions if c.get("type") == "Placed"), None)
     released = placed_cond is not None and placed_cond.get("status") != "True"
     prio = spec.get("priority")
+    klass, env = traffic_class(status) or (None, {})
     return ClaimView(
         namespace=ns, name=cname, resource_version=objects.resource_version(obj),
         generation=int(objects.meta(obj).get("generation") or 0), gang_ref=gang_ref,
@@ -471,4 +472,5 @@ def claim_view(obj: Mapping[str, Any]) -> ClaimView:
         placed=bool(nodes) and len(nodes) == len(members) and not released,
         nodes=nodes, members=members, offset_ms=float(status.get("offsetMs") or 0.0),
         period_ms=float(status.get("periodMs") or 0.0), epoch_ms=int(status.get("epoch") or 0),
-        conditions=conditions, status=status, locked=status.get("locked") is not False)
+        conditions=conditions, status=status, locked=status.get("locked") is not False, traffic_class=klass,
+        traffic_class_env=tuple(sorted(env.items())))

@@ -65,7 +65,7 @@ from volcano_metronome.core.topology import Topology
 from volcano_metronome.controller.queuepolicy import ClassEnv
 from volcano_metronome.shapes.slots import class_annotations, timing_annotations
 from volcano_metronome.controller.deciding import (HELD_FOR_CONTENTION, UNDECIDABLE, Decided, Reoptimised,
-                                                   no_fit_category)
+                                                   no_fit_category, policy_view)
 from volcano_metronome.controller.writes import LOCKED, REDECIDING, TIMED_OUT, UNLOCKED, ClaimStatus, CreateClaim, DeleteClaim, DeletePod, Event, GangWrites, Plan, PodPatch, WorkloadCheck
 from volcano_metronome.shapes.profiles import profile_to_spec
 from volcano_metronome.shapes.times import format_time
@@ -144,8 +144,9 @@ def plan(world: World, decided: Decided, settings: Settings, now_s: float,
         elif due is not None and due <= now_s:
             w = _time_out(gang, settings, now_s)
         elif isinstance(result, Decision):
+            view = policy_view(world, gang.policy)
             w = _place(gang, result, settings, now_s, now_ms, locked=result.locked or gang.uid in decided.locks,
-                       topology=world.topology, classes=_classes(world, gang.policy))
+                       topology=world.topology, classes=view.traffic_classes if view is not None else ())
             w = dataclasses.replace(w, requires=tuple(sorted({keys[u] for u in (*result.locks, *dict(result.relocations))
                                                               if u in keys})))
             if settings.pods_timeout_s > 0 and podless.awaiting_pods(gang):  # a hold from now (decidedAt)
@@ -245,23 +246,17 @@ def _ensure_claim(gang: GangView) -> tuple[CreateClaim, ...]:
     return (CreateClaim(gang.key.namespace, gang.claim_name, _claim_body(gang)),)
 
 
-def _classes(world: World, policy: str) -> tuple[ClassEnv, ...]:
-    """The traffic classes of QueuePolicy ``policy`` (none for the built-in default or a broken one)."""
-    return next((p.traffic_classes for p in world.policies if p.name == policy and not p.error), ())
-
-
-def _class_status(d: Decision, classes: Sequence[ClassEnv], prior: Mapping[str, object]) -> JSON:
+def _class_status(klass: int | None, env: ClassEnv, prior: Mapping[str, object]) -> JSON:
     """The claim status fields of a decision's traffic class (withdrawn where it has none but had one)."""
-    if d.traffic_class is not None and d.traffic_class < len(classes):
-        return {"trafficClass": d.traffic_class, "trafficClassEnv": dict(classes[d.traffic_class])}
+    if klass is not None:
+        return {"trafficClass": klass, "trafficClassEnv": dict(env)}
     return {key: None for key in ("trafficClass", "trafficClassEnv") if key in prior}
 
 
-def _class_note(classed: JSON, count: int) -> str:
-    if classed.get("trafficClass") is None:
+def _class_note(klass: int | None, env: ClassEnv, count: int) -> str:
+    if klass is None:
         return ""
-    env = "".join(f", {k}={v}" for k, v in sorted(classed["trafficClassEnv"].items()))
-    return f"; traffic class {classed['trafficClass']} of {count}{env}"
+    return f"; traffic class {klass} of {count}" + "".join(f", {k}={v}" for k, v in env)
 
 
 def _place(gang: GangView, d: Decision, settings: Settings, now_s: float, now_ms: float,
@@ -272,13 +267,14 @@ def _place(gang: GangView, d: Decision, settings: Settings, now_s: float, now_ms
     epoch = epoch_at_or_before(now_ms, settings)
     offset = relative_offset(d.offset_ms, epoch, d.period_ms)  # the core's offset is the Unix epoch's
     prior = gang.claim.conditions if gang.claim is not None else ()
-    classed = _class_status(d, classes, gang.claim.status if gang.claim is not None else {})
+    klass = d.traffic_class if d.traffic_class is not None and d.traffic_class < len(classes) else None
+    env = classes[klass] if klass is not None else ()
     message = (f"{gang.size} members on {len(d.nodes)} node(s) {', '.join(d.nodes)}; offset {offset:g} ms of "
                f"{d.period_ms:g} ms; " + ("feasible" if d.feasible else
                                           f"predicted overflow {d.overflow_gbps_ms:.3g} Gbps*ms per period")
                + ("" if locked else "; shares no contended link: runs free until a gang placed on its "
                                        "links could collide with it")
-               + _class_note(classed, len(classes)))
+               + _class_note(klass, env, len(classes)))
     conds = objects.set_condition(prior, PLACED, "True", PLACED, message, now_s)
     conds = objects.set_condition(conds, NOFIT, "False", PLACED, "placed", now_s)
     if any(c.get("type") == vanished.VANISHED and c.get("status") == "True" for c in prior):
@@ -287,7 +283,8 @@ def _place(gang: GangView, d: Decision, settings: Settings, now_s: float, now_ms
     status: JSON = {
         "nodes": list(d.nodes), "members": list(d.members), "offsetMs": offset, "periodMs": d.period_ms,
         "epoch": epoch, "links": list(d.links), "predictedOverflowGbpsMs": round(d.overflow_gbps_ms, 6),
-        "feasible": d.feasible, "locked": locked, "decidedAt": format_time(now_s), "conditions": conds, **classed,
+        "feasible": d.feasible, "locked": locked, "decidedAt": format_time(now_s), "conditions": conds,
+        **_class_status(klass, env, gang.claim.status if gang.claim is not None else {}),
     }
     if gang.claim is not None and HELD_SINCE in gang.claim.status:
         status[HELD_SINCE] = None  # merge patch: removed
@@ -298,7 +295,8 @@ def _place(gang: GangView, d: Decision, settings: Settings, now_s: float, now_ms
                       generation=gang.claim.generation if gang.claim else 1, gang_ref=gang.key, ours=True,
                       profile=gang.profile, priority=gang.priority, queue_policy=gang.policy or None, placed=True,
                       nodes=d.nodes, members=d.members, offset_ms=offset, period_ms=d.period_ms, epoch_ms=epoch,
-                      conditions=tuple(conds), status=status, locked=locked)
+                      conditions=tuple(conds), status=status, locked=locked, traffic_class=klass,
+                      traffic_class_env=env)
     follow = _follow(gang, claim, None, settings, now_s, now_ms)
     for write in follow.claim:  # a drift already visible at placement goes into the same status write
         if isinstance(write, ClaimStatus):
@@ -307,7 +305,7 @@ def _place(gang: GangView, d: Decision, settings: Settings, now_s: float, now_ms
     if settings.events:
         after = after + (Event(regarding(gang), PLACED, message),)
     return GangWrites(str(gang.key), _ensure_claim(gang) + (ClaimStatus(gang.key.namespace, gang.claim_name, rv, status),),
-                      follow.pods, after, placed=True, traffic_class=classed.get("trafficClass"))
+                      follow.pods, after, placed=True, traffic_class=klass)
 
 
 def _follow(gang: GangView, claim: ClaimView, move: Move | None, settings: Settings, now_s: float,
@@ -379,7 +377,8 @@ def _follow(gang: GangView, claim: ClaimView, move: Move | None, settings: Setti
     writes: tuple[ClaimStatus, ...] = ()
     if status:
         writes = (ClaimStatus(claim.namespace, claim.name, claim.resource_version, status),)
-    ann = {**timing_annotations(period, offset, epoch, locked), **class_annotations(claim.status)}
+    ann = {**timing_annotations(period, offset, epoch, locked),
+           **class_annotations(claim.traffic_class, claim.traffic_class_env)}
     pods = tuple(p for p in (_pod_patch(t.pod, t.nodes, ann, gang.hostnames) for t in assignment.targets)
                  if p is not None)
     if gang.check is not None and gang.obj is not None and gang.check.state != "Ready":

@@ -15,11 +15,10 @@ from volcano_metronome.controller import ranks as ranking
 from volcano_metronome.shapes import JSON
 from volcano_metronome.shapes.times import parse_time
 from volcano_metronome.controller.network import CapacityState
-from volcano_metronome.controller.queuepolicy import QueuePolicyView
+from volcano_metronome.controller.queuepolicy import ClassEnv, QueuePolicyView
 from volcano_metronome.core.model import Gang, Running
 from volcano_metronome.core.profile import Profile
 from volcano_metronome.core.topology import Topology
-from volcano_metronome.shapes.slots import traffic_class
 
 PODGROUP, WORKLOAD, JOB = "PodGroup", "Workload", "Job"
 GANG_KINDS = (PODGROUP, WORKLOAD, JOB)
@@ -87,6 +86,8 @@ class ClaimView:
     conditions: tuple[JSON, ...]
     status: JSON = field(compare=False, repr=False)
     locked: bool = True  # status.locked: its pods carry the offset and epoch, its runtime aligns bursts
+    traffic_class: int | None = None  # status.trafficClass: the class its pods carry (QueuePolicy trafficClasses)
+    traffic_class_env: ClassEnv = ()  # status.trafficClassEnv: the variables that select it, sorted by name
 
     @property
     def key(self) -> tuple[str, str]:
@@ -281,7 +282,5 @@ def running_gang(claim: ClaimView, profile: Profile, priority: int, gpm: int, cr
         return None
     gang = Gang(uid=f"{claim.namespace}/{claim.name}", name=label, size=sum(m for _, m in kept),
                 gpus_per_member=gpm, profile=profile, priority=priority, created_s=created)
-    klass = traffic_class(claim.status)
     return Running(gang, tuple(n for n, _ in kept), tuple(m for _, m in kept), claim.origin_offset_ms(),
-                   locked=claim.locked, period_ms=claim.period_ms or None,
-                   traffic_class=klass[0] if klass is not None else None)
+                   locked=claim.locked, period_ms=claim.period_ms or None, traffic_class=claim.traffic_class)

@@ -68,8 +68,9 @@ class Snapshot:
         # While a dict: each gang's Placed (None: absent) before its first change since, so that a caller keeping
         # the snapshot across cycles can undo a cycle's changes in proportion to them (:meth:`rollback`).
         self.touched: dict[str, Placed | None] | None = None
-        # The traffic class each gang was given (``core.classes``); read only for the gangs placed. Kept apart from
-        # ``Placed`` because a gang's class never changes while moves, locks and re-lays re-assume it.
+        # The traffic class each placed gang was given (``core.classes``). Kept apart from ``Placed`` because a
+        # gang's class never changes while moves, locks and re-lays re-assume it; dropped by :meth:`depart` and
+        # :meth:`rollback`.
         self.classes: dict[str, int] = {}
 
     @classmethod
@@ -103,7 +104,9 @@ class Snapshot:
         gang = self.as_run(r.gang, nodes, members)
         pattern = lay_out(gang.profile, self.grid, period or self.grid.held(gang.profile.period_ms, r.period_ms))
         offset = int(round(r.offset_ms / self.grid.slot_ms)) % pattern.slots
-        if r.traffic_class is not None:
+        if r.traffic_class is None:
+            self.classes.pop(r.gang.uid, None)
+        else:
             self.classes[r.gang.uid] = r.traffic_class
         return self.assume(gang, nodes, members, offset, pattern, hold_gpus=False, locked=r.locked)
 
@@ -201,6 +204,11 @@ class Snapshot:
             self._link_gangs[int(link)].discard(uid)
         return placed
 
+    def depart(self, uid: str) -> None:
+        """Forget a gang that leaves for good (a re-assumed gang is forgotten only: it keeps its class)."""
+        self.forget(uid)
+        self.classes.pop(uid, None)
+
     def _note(self, uid: str) -> None:
         if self.touched is not None and uid not in self.touched:
             self.touched[uid] = self.placed.get(uid)
@@ -217,6 +225,8 @@ class Snapshot:
             if before is not None:
                 self.assume(before.gang, before.nodes, before.members, before.offset, before.pattern,
                             before.holds_gpus, before.locked)
+            else:
+                self.classes.pop(uid, None)  # a gang the cycle placed: its class goes with it
         self.fold()
 
     def _apply(self, placed: Placed, sign: int) -> None:

@@ -8,7 +8,7 @@ must produce the same text, or the controller would patch a pod the webhook alre
 from __future__ import annotations
 
 import json
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 from volcano_metronome import api
 from volcano_metronome.core.model import MAX_TRAFFIC_CLASSES
@@ -41,17 +41,16 @@ def traffic_class(status: Mapping[str, Any]) -> tuple[int, dict[str, str]] | Non
     return klass, dict(env)
 
 
-def class_annotations(status: Mapping[str, Any]) -> dict[str, str]:
-    """The pod annotations that carry a placed gang's traffic class (none where its claim has none).
+def class_annotations(klass: int | None, env: Iterable[tuple[str, str]]) -> dict[str, str]:
+    """The pod annotations that carry a placed gang's traffic class ``klass`` selected by ``env`` (none for None).
 
     Written once, before the gate is removed: NCCL reads its class when it makes a communicator, so a gang
     keeps its class to the end and the annotations are never withdrawn.
     """
-    found = traffic_class(status)
-    if found is None:
+    if klass is None:
         return {}
-    klass, env = found
-    return {api.TRAFFIC_CLASS: str(klass), api.TRAFFIC_CLASS_ENV: json.dumps(env, sort_keys=True, separators=(",", ":"))}
+    return {api.TRAFFIC_CLASS: str(klass),
+            api.TRAFFIC_CLASS_ENV: json.dumps(dict(env), sort_keys=True, separators=(",", ":"))}
 
 
 def slot_node(nodes: Sequence[str], members: Sequence[int], position: int) -> str | None:

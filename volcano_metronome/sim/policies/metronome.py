@@ -124,8 +124,7 @@ class Metronome(SimPolicy):
 
     def release(self, now: float, uid: str) -> None:
         """Forget the gang; its links may now let neighbours move to better offsets."""
-        self.snapshot.forget(uid)
-        self.snapshot.classes.pop(uid, None)
+        self.snapshot.depart(uid)
         links = self.links_of.pop(uid)
         for link in links.tolist():
             self.on_link[link].discard(uid)
