@@ -60,6 +60,30 @@ def test_throttling_keeps_volumes_and_compute_and_adds_exactly_the_stretch(gaps,
         assert w.start_ms - end == pytest.approx(v.start_ms - old_end, abs=1e-5)  # the same compute before it
 
 
+def test_a_window_that_ends_with_the_period_still_does_once_throttled():
+    # gpt1 on H100 at MFU 0.5 behind a 25 Gbps uplink (fuzz scenario 18066): start and length rounded apart ended
+    # the window 1 ns past the rounded period, the profile was invalid, and the gang was planned at 40 Gbps.
+    p = Profile(171.044164843276, (Window(12.933952507583417, 158.1102123356926, 40.0),))
+    q = p.throttled(25.0)
+    assert q.windows[0].start_ms + q.windows[0].len_ms == pytest.approx(q.period_ms, abs=1e-9)
+    assert q.windows[0].gbps == 25.0 and q.period_ms == pytest.approx(171.044164843276 + 158.1102123356926 * 0.6)
+
+
+@given(st.lists(st.tuples(st.floats(0.001, 300.0), st.floats(0.001, 300.0), st.floats(1.0, 400.0)), min_size=1,
+                max_size=4),
+       st.floats(0.0, 1.0), st.floats(0.5, 400.0))
+@settings(max_examples=300, deadline=None)
+def test_any_profile_throttles_to_a_valid_one_whether_or_not_its_last_window_ends_with_the_period(gaps, tail, cap):
+    windows, t = [], 0.0
+    for gap, length, gbps in gaps:
+        windows.append(Window(t + gap, length, gbps))
+        t += gap + length
+    p = Profile(t + tail, tuple(windows), jitter_ms=min(gaps[0][0], t) / 3)  # tail 0: the catalog's usual shape
+    for q in (p.throttled(cap), p.slow_end().throttled(cap), p.throttled(cap).slow_end()):
+        assert q.period_ms >= max(w.start_ms + w.len_ms for w in q.windows) - 1e-9  # valid (it was constructed)
+        assert len(q.windows) == len(p.windows)
+
+
 def test_the_bottleneck_is_the_slowest_link_per_worker():
     topo = thin(2, 2)
     assert bottleneck_mbps(topo, np.array([0, 1]), None, RING) == 100_000  # one rack: its NICs

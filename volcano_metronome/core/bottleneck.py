@@ -42,7 +42,7 @@ def as_run(gang: Gang, topology: Topology, nodes: np.ndarray, members: np.ndarra
         return gang
     try:
         profile = gang.profile.throttled(cap / 1000.0)
-    except InvalidInput:
+    except InvalidInput:  # a throttled period past MAX_PERIOD_MS: no grid could hold it either
         return gang
     if profile.period_ms > max_period_ms:
         return gang

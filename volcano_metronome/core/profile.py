@@ -48,21 +48,32 @@ class Profile:
         half = self.jitter_ms / 2.0
         if not half:
             return self
-        # Rounded to the nanosecond: the sums carry no float residue into annotations.
-        return replace(self, period_ms=round(self.period_ms + half, 6),
-                       windows=tuple(replace(w, start_ms=round(w.start_ms + half, 6)) for w in self.windows))
+        return self._relaid(self.period_ms + half,
+                            [(w.start_ms + half, w.start_ms + w.len_ms + half, w.gbps) for w in self.windows])
 
     def throttled(self, gbps: float) -> "Profile":
         """This profile where no worker can send faster than ``gbps``: a faster window moves the same volume
         at ``gbps``, so it lasts longer and pushes the later windows and the period back by as much."""
         if gbps >= self.peak_gbps:
             return self
-        shift, windows = 0.0, []
+        shift, edges = 0.0, []
         for w in self.windows:
             length = w.len_ms * w.gbps / gbps if w.gbps > gbps else w.len_ms
-            windows.append(Window(round(w.start_ms + shift, 6), round(length, 6), min(w.gbps, gbps)))
+            edges.append((w.start_ms + shift, w.start_ms + shift + length, min(w.gbps, gbps)))
             shift += length - w.len_ms
-        return replace(self, period_ms=round(self.period_ms + shift, 6), windows=tuple(windows))
+        return self._relaid(self.period_ms + shift, edges)
+
+    def _relaid(self, period_ms: float, edges: list[tuple[float, float, float]]) -> "Profile":
+        """This profile at ``period_ms`` with windows ``(start, end, gbps)``, rounded to the nanosecond so that the
+        sums carry no float residue into annotations. The edges are rounded, not the start and the length apart: a
+        window that ends where the period does (compute, then all-reduce) would otherwise end up to 1 ns past it,
+        an invalid profile."""
+        period, windows = round(period_ms, 6), []
+        for start_ms, end_ms, gbps in edges:
+            start, end = round(start_ms, 6), round(end_ms, 6)
+            period = max(period, end)
+            windows.append(Window(start, round(end - start, 6), gbps))
+        return replace(self, period_ms=period, windows=tuple(windows))
 
     @property
     def duty_cycle(self) -> float:
