@@ -145,3 +145,20 @@ def test_a_broken_measured_profile_is_reported_not_used() -> None:
     measure(f, {"periodMs": 100.0, "windows": [{"startMs": 90.0, "lenMs": 20.0, "gbps": 5.0}]})  # past the period
     converge(f)
     assert objects.condition(claim(f), PROFILE_DRIFT) is None and "adoptedProfile" not in claim(f)["status"]
+
+
+def test_a_measurement_whose_burst_ends_with_the_iteration_is_reported_at_its_slow_end() -> None:
+    # Compute, then all-reduce to the end of the iteration, in the agent's float figures: its slow end (the
+    # period and the window later by half the spread) once left the window 1 ns past the period, and the
+    # controller's cycle raised on a valid measurement.
+    f = fake_with({"profilePolicy": "adopt"})
+    converge(f)
+    measure(f, {"periodMs": 171.044164843276, "jitterMs": 3.3333333, "source": "node-agent", "node": "n0",
+                "windows": [{"startMs": 12.933952507583417, "lenMs": 158.1102123356926, "gbps": 80.0}]})
+    converge(f, NOW + 1)
+    adopted = claim(f)["status"]["adoptedProfile"]
+    assert adopted["periodMs"] == pytest.approx(171.044164843276 + 3.3333333 / 2, abs=1e-6)
+    window = adopted["windows"][0]
+    assert window["startMs"] + window["lenMs"] <= adopted["periodMs"] + 1e-9
+    cond = objects.condition(claim(f), PROFILE_DRIFT)
+    assert cond is not None and cond["status"] == "True"
