@@ -42,12 +42,23 @@ def test_a_gang_that_fits_on_one_node_loads_no_link():
 
 
 def test_mean_load_above_capacity_is_infeasible_at_every_offset():
+    always = Policy(lock_on_demand=False)  # every gang locked at its grid snap: no period is stretched
     snap = empty(two_nodes(), 8)
-    commit(snap, g := gang("a", 2, 5, start=0.0, length=150.0), decide(snap, g, POLICY))  # 75% duty at line rate
+    commit(snap, g := gang("a", 2, 5, start=0.0, length=150.0), decide(snap, g, always))  # 75% duty at line rate
     second = gang("b", 2, 3, start=0.0, length=100.0, priority=0)  # 50% more: mean 125% of capacity
-    d = decide(snap, second, POLICY)
+    d = decide(snap, second, always)
     assert isinstance(d, Decision) and not d.feasible
     assert d.overflow_gbps_ms == pytest.approx(4 * 100 * 50.0)  # 4 directed NIC links x 100 Gbps x 50 ms
+
+
+def test_gangs_of_one_period_whose_bursts_overfill_it_take_turns_at_the_link_s_own_pace():
+    # The same two gangs with lock on demand: of one exact period, so held up to OVERFILL longer; at 250 ms their
+    # bursts fit end to end, the shortest cycle the link allows them anyway (250 ms of bursts at its capacity).
+    snap = empty(two_nodes(), 8)
+    commit(snap, g := gang("a", 2, 5, start=0.0, length=150.0), decide(snap, g, POLICY))
+    d = decide(snap, gang("b", 2, 3, start=0.0, length=100.0, priority=0), POLICY)
+    assert isinstance(d, Decision) and d.locked and d.feasible and d.overflow_gbps_ms == 0.0
+    assert d.period_ms == 250.0 and d.periods == (("a", 250.0),)
 
 
 def test_insufficient_gpus_is_a_no_fit_with_the_numbers():

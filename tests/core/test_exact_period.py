@@ -177,12 +177,29 @@ def test_identical_gangs_whose_bursts_overfill_the_period_by_a_slot_lock_a_littl
     assert placed == {"a": (38, True), "b": (38, True)}
 
 
-def test_bursts_that_would_need_a_period_much_longer_than_their_own_run_free():
+def test_identical_gangs_whose_bursts_fill_most_of_the_period_lock_up_to_overfill_longer():
     # 110 ms bursts every 180 ms (22 slots each): two interleave only from 44 slots, 22 % longer than the
-    # period, past STRETCH: the gangs run free at their period.
+    # period, within OVERFILL: both are held to 220 ms, 40 ms of padding per iteration each.
     snap = placed_alone(gang("a", 2, 5, period=180.0, start=70.0, length=110.0))
-    d = decide(snap, gang("b", 2, 3, period=180.0, start=70.0, length=110.0), POLICY)
+    d, placed = locked_beside_a(snap, gang("b", 2, 3, period=180.0, start=70.0, length=110.0))
+    assert d.period_ms == 220.0 and d.periods == (("a", 220.0),) and 0.0 < d.padding_ms < d.free_delay_ms
+    assert placed == {"a": (44, True), "b": (44, True)}
+
+
+def test_bursts_that_would_need_a_period_much_longer_than_their_own_run_free():
+    # 140 ms bursts every 180 ms would interleave only at 280 ms, 56 % longer, past OVERFILL.
+    snap = placed_alone(gang("a", 2, 5, period=180.0, start=40.0, length=140.0))
+    d = decide(snap, gang("b", 2, 3, period=180.0, start=40.0, length=140.0), POLICY)
     assert isinstance(d, Decision) and not d.locked and d.period_ms == 180.0 and d.periods == ()
+
+
+def test_gangs_that_are_not_identical_are_held_no_more_than_stretch_longer():
+    # The 110 ms bursts above, one gang every 180 ms and the other every 185: they would interleave from 44
+    # slots, 22 % longer than the first's, within OVERFILL but past STRETCH, and they are not identical jobs.
+    snap = placed_alone(gang("a", 2, 5, period=180.0, start=70.0, length=110.0))
+    d = decide(snap, gang("b", 2, 3, period=185.0, start=75.0, length=110.0), POLICY)
+    assert isinstance(d, Decision) and not d.locked and d.periods == ()
+    assert snap.placed["a"].pattern.slots == 36
 
 
 def test_a_lower_priority_gang_never_stretches_a_higher_priority_ones_period():

@@ -28,7 +28,9 @@ def test_a_gang_whose_best_offset_still_overflows_runs_free_and_locks_nobody():
     snap = empty(two_nodes(), 8)
     a = gang("a", 2, 5, start=0.0, length=150.0)  # 75% duty at line rate
     commit(snap, a, decide(snap, a, POLICY))
-    b = gang("b", 2, 3, start=0.0, length=100.0)  # 50% more: no offset without overflow
+    # 100 ms every 190 ms, 53 % more: no offset without overflow, and not an identical job, so not held at the
+    # 250 ms at which the two would fit end to end (within STRETCH of neither period).
+    b = gang("b", 2, 3, period=190.0, start=0.0, length=100.0)
     d = decide(snap, b, POLICY)
     assert isinstance(d, Decision) and d.overflow_gbps_ms > 0
     assert not d.locked and d.locks == ()

@@ -108,17 +108,24 @@ def test_a_contended_run_locks_unlocks_and_runs_free_and_conserves_bytes() -> No
     assert result.carried == pytest.approx(result.demanded, rel=1e-7, abs=1e-6)
 
 
-def test_identical_gangs_whose_bursts_overfill_their_period_interleave_a_little_longer(sanity: SimScenario) -> None:
-    # 91 ms bursts every 180 ms: two cover 38 slots of 36 and collide at every offset of their period; held
-    # to 190 ms (core.decision._exact, stretched) they interleave, 10 ms of padding against half-period
-    # collisions at a random phase.
-    wide = Profile(180.0, (Window(80.0, 91.0, 100.0),), 0.0)
-    jobs = [JobSpec("a", 0.0, 2, 6, 60, 0, wide), JobSpec("b", 0.5, 2, 2, 60, 0, wide)]
+@pytest.mark.parametrize("burst_ms, locked_s, faster", [
+    # 91 ms bursts every 180 ms: two cover 38 slots of 36 and collide at every offset of their period; held to
+    # 190 ms (core.decision._exact, stretched) they interleave, 10 ms of padding against the collisions.
+    (91.0, 0.19, 0.85),
+    # 110 ms bursts (61 % of the period): held to 220 ms (core.decision.OVERFILL) they take turns, 40 ms of
+    # padding per iteration; 21.95 s of JCT on average against 24.79 free.
+    (110.0, 0.22, 0.9),
+])
+def test_identical_gangs_whose_bursts_overfill_their_period_take_turns_at_a_longer_one(
+        sanity: SimScenario, burst_ms: float, locked_s: float, faster: float) -> None:
+    wide = Profile(180.0, (Window(180.0 - burst_ms, burst_ms, 100.0),), 0.0)
+    jobs = [JobSpec("a", 0.0, 2, 6, 100, 0, wide), JobSpec("b", 0.5, 2, 2, 100, 0, wide)]
     locked, free = by_name(run(sanity, jobs)), by_name(run(sanity, jobs, "metronome-free"))
-    assert locked["a"].grid_period_s == locked["b"].grid_period_s == pytest.approx(0.19)
+    assert locked["a"].grid_period_s == locked["b"].grid_period_s == pytest.approx(locked_s)
     assert all(j.comm_s == pytest.approx(j.comm_ideal_s) for j in locked.values())
-    assert all(j.comm_s > j.comm_ideal_s + 1.0 for j in free.values())
-    assert max(j.end_s for j in locked.values()) < max(j.end_s for j in free.values()) - 1.0
+    assert all(j.comm_s > j.comm_ideal_s + 2.0 for j in free.values())
+    assert sum(j.end_s - j.spec.arrival_s for j in locked.values()) < faster * sum(
+        j.end_s - j.spec.arrival_s for j in free.values())
 
 
 def test_gangs_whose_periods_nearly_divide_lock_at_commensurate_periods(sanity: SimScenario) -> None:

@@ -54,7 +54,7 @@ on a contended link, no offset avoids collisions at the gang's grid snap, so eac
 scored at its local snap (``_local``: the shortest grid period commensurate with theirs), taken only
 where the lock it then allows pays. Where every gang on its contended links has the gang's own exact
 period (identical jobs: ``SlotGrid.exact``, no snapping beyond the slot), the gang is locked there
-instead, or a few slots longer where their bursts together overfill it, the free neighbours it locks
+instead, or up to ``OVERFILL`` longer where their bursts together overfill it, the free neighbours it locks
 re-laid with it (``_exact``, ``Decision.periods``), and likewise where their exact periods, each up to
 ``STRETCH`` longer, divide one another (185 and 380 ms locked at 190 and 380), whenever that costs less
 per unit of time than the grid's choice and the hyperperiod stays within the cap; beside such periods a
@@ -88,9 +88,13 @@ from volcano_metronome.core.traffic import loaded_links, scaled
 _EPS = 1e-6
 #: Most unlocked gangs one decision may lock (the closure of its contended neighbours).
 MAX_LOCKS = 64
-#: How much longer than its exact period a gang may be held so that its bursts and its identical
-#: neighbours' interleave (``_exact``; the lock must still pay for the padding).
+#: How much longer than its exact period a gang may be held so that its period and its neighbours' divide one
+#: another (``_exact``; the lock must still pay for the padding).
 STRETCH = 0.1
+#: The same where every gang on its contended links is an identical job (their exact period): how long bursts that
+#: overfill it may be held apart. Two identical bursts at a link's full rate are held back by ``core.holding`` from
+#: 71 % of the period (collisions of ``2 L^2 / P^2`` = 1 x the time), where side by side they need 1.42 periods.
+OVERFILL = 0.5
 
 
 @dataclass(frozen=True)
@@ -302,8 +306,10 @@ def _exact(snapshot: Snapshot, gang: Gang, scored: list[_Scored], policy: Policy
     measured vgg11 at 100 Gbps, 245.7 ms held to 280) is what keeps such locks from paying. Where their
     bursts together fill a little more than the period (vgg11 throttled by a 4:1 uplink: 150.4 ms bursts
     every 296.4 ms, 31 slots each of 60), they overlap at every offset of it, so they ran free, colliding
-    for about a quarter of every period at a random phase; a period up to ``STRETCH`` longer (62 slots
-    there, 13.6 ms of padding per iteration) lets them interleave, and the lock is taken where it pays.
+    for about a quarter of every period at a random phase; a longer period (62 slots there, 13.6 ms of padding
+    per iteration) lets them interleave, and the lock is taken where it pays. Up to ``OVERFILL`` longer: two
+    110 ms bursts every 180 ms interleave at 220 ms, 40 ms of padding per iteration each, less than the
+    collisions of two bursts of 61 % of the period at a random phase (docs/simulator-rounds.md, round 25).
     Gangs of different models whose exact periods nearly divide one another are the same case (bert-base and
     vgg19 behind a thin rack uplink, 185 and 380 ms: bert-base held to 190 ms is half of vgg19's): each held up
     to ``STRETCH`` longer so that the periods divide, their bursts meet at fixed phases again
@@ -313,21 +319,28 @@ def _exact(snapshot: Snapshot, gang: Gang, scored: list[_Scored], policy: Policy
     """
     grid = snapshot.grid
     exact = grid.exact(gang.profile.period_ms, "profile.period_ms").slots
-    longest = exact + max(1, int(STRETCH * exact))
     span = math.lcm(snapshot.hyperperiod, scored[0].pattern.slots)  # the grid snap's, as ``_local``
-    sharing = [(s, found) for s in scored if (found := _sharing(snapshot, gang, s)) is not None]
-    for slots in range(exact, longest + 1) if sharing else ():
+    sharing = [(s, found) for s in scored if (found := _sharing(snapshot, gang, s, exact)) is not None]
+    longest = max((_longest(exact, found.stretch) for _, found in sharing), default=exact)
+    for slots in range(exact, longest + 1):
         if slots == exact == scored[0].pattern.slots:
             continue  # the grid snap: scored already
         pattern = lay_out(gang.profile, grid, SnappedPeriod(slots, gang.profile.period_ms, grid.slot_ms))
-        fit = [(s, relaid) for s, found in sharing if (relaid := _commensurate(snapshot, slots, found)) is not None]
+        fit = [(s, relaid) for s, found in sharing
+               if slots <= _longest(exact, found.stretch)
+               and (relaid := _commensurate(snapshot, slots, found)) is not None]
         if fit and (locked := _exact_at(snapshot, gang, fit, policy, earliest, pattern, span)) is not None:
             return locked
     return None
 
 
-def _held(snapshot: Snapshot, uid: str, slots: int) -> int | None:
-    """The shortest period (slots) free gang ``uid`` may be held to, its exact one up to ``STRETCH`` longer, that
+def _longest(exact: int, stretch: float) -> int:
+    """The longest period (slots) a gang of exact period ``exact`` may be held to, ``stretch`` longer."""
+    return exact + max(1, int(stretch * exact))
+
+
+def _held(snapshot: Snapshot, uid: str, slots: int, stretch: float = STRETCH) -> int | None:
+    """The shortest period (slots) free gang ``uid`` may be held to, its exact one up to ``stretch`` longer, that
     divides or is a multiple of ``slots``; its current one where that already is; None where none is."""
     placed = snapshot.placed[uid]
     current = placed.pattern.slots
@@ -336,24 +349,28 @@ def _held(snapshot: Snapshot, uid: str, slots: int) -> int | None:
     if placed.locked:
         return None
     own = snapshot.grid.exact(placed.gang.profile.period_ms).slots
-    return next((q for q in range(own, own + max(1, int(STRETCH * own)) + 1)
+    return next((q for q in range(own, _longest(own, stretch) + 1)
                  if slots % q == 0 or q % slots == 0), None)
 
 
 @dataclass(frozen=True, eq=False)
 class _Sharing:
     """What a node set shares, none of which depends on the period tried (the peak rate does not): the gangs on its
-    contended links, those a lock would take along beyond them, and the traffic of one period each puts on those
-    links (Mbps x slots: the gang's own, and each neighbour's at the period it holds now)."""
+    contended links, those a lock would take along beyond them, the traffic of one period each puts on those
+    links (Mbps x slots: the gang's own, and each neighbour's at the period it holds now), and how much longer
+    than their exact periods the gang and those on its links may be held (``OVERFILL`` where they are all
+    identical jobs, else ``STRETCH``)."""
 
     near: frozenset[str]
     beyond: frozenset[str]
     own: dict[int, float]
     theirs: tuple[tuple[str, int, float], ...]
+    stretch: float = STRETCH
 
 
-def _sharing(snapshot: Snapshot, gang: Gang, scored: _Scored) -> _Sharing | None:
-    """``scored``'s node set as ``_commensurate`` needs it; None where it shares no contended link."""
+def _sharing(snapshot: Snapshot, gang: Gang, scored: _Scored, exact: int) -> _Sharing | None:
+    """``scored``'s node set as ``_commensurate`` needs it (``exact``: the gang's exact period, slots); None where it
+    shares no contended link."""
     cand, pattern = scored.candidate, scored.pattern
     links, extra, near = _contended(snapshot, gang, pattern, cand.nodes, cand.members)
     if not near:
@@ -367,18 +384,19 @@ def _sharing(snapshot: Snapshot, gang: Gang, scored: _Scored) -> _Sharing | None
                    for link, m in zip(snapshot.placed[uid].links.tolist(), snapshot.placed[uid].multiplier)
                    if link in hot)
     beyond = (_unlocked_closure(snapshot, near, links, extra) or set()) - near
-    return _Sharing(frozenset(near), frozenset(beyond), own, theirs)
+    identical = all(snapshot.grid.exact(snapshot.placed[uid].gang.profile.period_ms).slots == exact for uid in near)
+    return _Sharing(frozenset(near), frozenset(beyond), own, theirs, OVERFILL if identical else STRETCH)
 
 
 def _commensurate(snapshot: Snapshot, slots: int, sharing: _Sharing) -> dict[str, int] | None:
     """The free gangs to re-lay, and at which periods (slots), so that every gang on the node set's contended links
     holds a period commensurate with ``slots``; None where one cannot (a locked gang on an incommensurate period,
-    a free one none of whose periods within ``STRETCH`` is commensurate), or where their traffic of one common
+    a free one none of whose periods within ``sharing.stretch`` is commensurate), or where their traffic of one common
     hyperperiod cannot fit a contended link's capacity (a lower bound: at such periods no offset can interleave
     them)."""
     held: dict[str, int] = {}
     for uid in sharing.near:
-        if (q := _held(snapshot, uid, slots)) is None:
+        if (q := _held(snapshot, uid, slots, sharing.stretch)) is None:
             return None
         held[uid] = q
     if math.lcm(snapshot.hyperperiod, slots, *held.values()) > snapshot.grid.max_hyperperiod_slots:
