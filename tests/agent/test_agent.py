@@ -15,8 +15,11 @@ from volcano_metronome.core.errors import InvalidInput
 
 
 def claim(name: str, nodes: list[str], members: list[int] | None = None, placed: bool = True,
-          measured: dict[str, Any] | None = None) -> dict[str, Any]:
+          measured: dict[str, Any] | None = None, locked: bool | None = False) -> dict[str, Any]:
+    """A placed claim as the controller writes it: free (``locked: false``) unless told; None: no ``locked`` at all."""
     status: dict[str, Any] = {"nodes": nodes, "members": members or [1] * len(nodes)}
+    if locked is not None:
+        status["locked"] = locked
     if not placed:
         status["conditions"] = [{"type": "Placed", "status": "False", "reason": "Released"}]
     if measured is not None:
@@ -80,6 +83,19 @@ def test_a_shared_nic_and_a_refused_fit_write_nothing():
     result, writes, metrics = run_round([claim("a", ["n0"])], short)
     assert (result, writes) == ("too-short", [])
     assert metrics.registry.get_sample_value("metronome_agent_fits_total", {"result": "too-short"}) == 1
+
+
+def test_a_locked_gang_s_nic_is_not_fitted():
+    """Its runtime holds every burst to the slot: the NIC shows the published period (here 300 ms of bursts for a
+    gang whose own iteration may be far shorter), so a fit would report the padding as compute."""
+    trace = csv(Spec(period_ms=300.0, windows=((270.0, 30.0, 40.0),), periods=20), seed=3)
+    for locked in (True, None):  # None: a claim written before lock on demand, which the controller reads as locked
+        c = claim("a", ["n0", "n1"], locked=locked)
+        c["status"]["periodMs"] = 300.0
+        result, writes, metrics = run_round([c], trace)
+        assert (result, writes) == ("aligned", [])
+        assert metrics.registry.get_sample_value("metronome_agent_fits_total", {"result": "aligned"}) == 1
+    assert run_round([claim("a", ["n0", "n1"], locked=False)], trace)[0] == "written"
 
 
 def test_bad_settings_name_the_flag():

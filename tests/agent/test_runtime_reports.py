@@ -44,6 +44,12 @@ def test_a_fresh_runtime_report_is_written_instead_of_the_nic_fit() -> None:
     assert sample(metrics, "metronome_agent_period_ms", namespace="ns", claim="podgroup-a", source="node-agent") is None
 
 
+def test_a_locked_gang_s_runtime_report_is_written() -> None:
+    """The helper takes its own padding out of its timing, so a locked gang's report is its own profile."""
+    result, writes, _ = run_round([claim("a", ["n0", "n1"], locked=True)], TRACE, scan=Scan((report("a"),)))
+    assert result == "runtime" and [m["periodMs"] for _, _, m in writes] == [250.0]
+
+
 def test_the_pods_of_a_job_under_kueue_report_to_its_workload_s_claim() -> None:
     """The pods (so their reports) name the job; the claim's gangRef names the Workload Kueue made for it, and the
     controller writes the job on the claim: the report reaches it."""

@@ -10,7 +10,9 @@ The runtime helpers' own measurements (``--runtime-dir``, :mod:`volcano_metronom
 first: for every gang whose first node is this one, a fresh report is written as the measured profile
 with ``source: runtime``, on a shared NIC too (the NIC cannot tell gangs apart; their own timing can).
 The NIC fit is then not written for a gang whose claim holds a fresh runtime measurement, whichever
-node's agent wrote it: one source at a time, the gang's own timing preferred.
+node's agent wrote it: one source at a time, the gang's own timing preferred. Nor for a locked gang: its
+runtime holds every burst to its slot, so the NIC shows the published period, padding included, not the
+gang's own (the runtime helper takes its padding out of its timing, so its reports are written locked or not).
 """
 
 from __future__ import annotations
@@ -79,7 +81,8 @@ class AgentMetrics:
                                    "mixes them and no profile is fitted)", registry=r)
         self.fits = Counter(f"{_PREFIX}_fits", "Outcomes: written, refused reason, shared, idle, other-node, "
                             "runtime (a runtime report written), runtime-preferred (the NIC fit not written), "
-                            "runtime-invalid (a report file refused)", ["result"], registry=r)
+                            "runtime-invalid (a report file refused), aligned (a locked gang: the NIC shows its "
+                            "slot, not its own period)", ["result"], registry=r)
 
     def measured(self, namespace: str, claim: str, source: str, profile: Profile) -> None:
         """Export the profile just written for a claim under its source (the other source's series goes)."""
@@ -134,13 +137,19 @@ def measure_once(cfg: AgentConfig, claims: Callable[[], Sequence[Mapping[str, An
         return result
     if who.claim in by_runtime:
         return "runtime"
-    current = next(((c.get("status") or {}).get("measuredProfile") or {} for c in listed
-                    if _key(c) == who.claim), {})
+    status = next((c.get("status") or {} for c in listed if _key(c) == who.claim), {})
+    current = status.get("measuredProfile") or {}
     measured_at = parse_time(current.get("measuredAt"))
     if current.get("source") == "runtime" and measured_at is not None \
             and now() - measured_at <= cfg.runtime_max_age_s:
         metrics.fits.labels("runtime-preferred").inc()  # another node's agent wrote the gang's own timing
         return "runtime-preferred"
+    if status.get("locked") is not False:  # as the controller reads it: absent on claims from before lock on demand
+        # Its bursts leave at its slots: a fit would give the published period, padding counted as compute.
+        metrics.fits.labels("aligned").inc()
+        log.info("%s/%s: no profile from %s: the gang is locked, its bursts aligned to period %s ms", *who.claim,
+                 cfg.interface, status.get("periodMs"))
+        return "aligned"
     fitted = fit(trace)
     if not isinstance(fitted, Fit):
         metrics.fits.labels(fitted.reason).inc()
