@@ -35,7 +35,7 @@ def jobs(draw: st.DrawFn) -> tuple[Spec, int]:
     and 5 % of the period; the dominant window's rate is at least 1.4x every other's, so the
     pattern does not repeat within its period; a trace covers at least 10 periods. (Up to half the
     shortest window, hypothesis found misses: two 8-sample bursts of 1 and 0.5 Gbps half a period
-    apart, jittered by 2 ms of their 4, read at half the period in about 1 trace of 20; docs/profiles.md.)
+    apart, late by up to half their length, miss a target in about 1 trace of 16: ``corner``.)
     """
     hz = draw(st.sampled_from([500.0, 1000.0, 2000.0]))
     sample_ms = 1000.0 / hz
@@ -148,7 +148,8 @@ def corner(traces: int = 60) -> dict[str, dict[str, int]]:
     """How often the targets are missed at the corner of the domain, by jitter as a share of the bursts.
 
     Two bursts of the fewest samples (8), of 1 and 0.5 Gbps, half a period apart, no other noise: the pattern
-    nearest to repeating at half its period; ``traces`` seeds each at 5 periods, 2 trace lengths, 3 rates."""
+    nearest to repeating at half its period; ``traces`` seeds each at 5 periods, 2 trace lengths and 3 sampling
+    rates."""
     phases = random.Random(5)
     out = {}
     for share in (0.25, 1.0 / 3.0, 0.5):
