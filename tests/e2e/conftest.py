@@ -25,10 +25,12 @@ from volcano_metronome.devtools import binaries, sources
 from volcano_metronome.devtools.stack import COMPONENTS, Stack
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    """The whole stack, started once; its logs are in the session's temporary directory, or in
-    ``$METRONOME_E2E_DIR/<start time>`` (kept after the run, for reading the components' logs)."""
+    """The whole stack, started once and stopped after the tier's last test: a dozen programs left running
+    load the CPU and loopback for the rest of the session, and a later test fitting real traffic on ``lo``
+    (tests/profiling/test_collective.py) then found it aperiodic. Its logs are in the session's temporary
+    directory, or in ``$METRONOME_E2E_DIR/<start time>`` (kept after the run, for reading the components' logs)."""
     chosen = os.environ.get("METRONOME_E2E_DIR")
     directory = (pathlib.Path(chosen) / time.strftime("%Y%m%d-%H%M%S")) if chosen else tmp_path_factory.mktemp("e2e-stack")
     started = time.monotonic()
@@ -50,7 +52,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         local.stop()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def k(stack: Stack) -> Iterator[kube.Kube]:
     """A client of the stack's API server (admin)."""
     client = kube.connect(str(stack.kubeconfig_path))
