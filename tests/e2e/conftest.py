@@ -1,4 +1,4 @@
-"""The end-to-end tier: the whole local stack for the session (``volcano_metronome.devtools.stack``).
+"""The end-to-end tier: the whole local stack for the tier's tests (``volcano_metronome.devtools.stack``).
 
 etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok with a leaf-spine fabric of fake
 GPU nodes (2 racks x 4 nodes x 8 ``nvidia.com/gpu``, one zone), the Kueue manager, our webhook and
