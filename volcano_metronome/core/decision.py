@@ -320,15 +320,14 @@ def _exact(snapshot: Snapshot, gang: Gang, scored: list[_Scored], policy: Policy
     grid = snapshot.grid
     exact = grid.exact(gang.profile.period_ms, "profile.period_ms").slots
     span = math.lcm(snapshot.hyperperiod, scored[0].pattern.slots)  # the grid snap's, as ``_local``
-    sharing = [(s, found) for s in scored if (found := _sharing(snapshot, gang, s, exact)) is not None]
-    longest = max((_longest(exact, found.stretch) for _, found in sharing), default=exact)
-    for slots in range(exact, longest + 1):
+    sharing = [(s, found, _longest(exact, found.stretch))
+               for s in scored if (found := _sharing(snapshot, gang, s, exact)) is not None]
+    for slots in range(exact, max((longest for *_, longest in sharing), default=exact) + 1):
         if slots == exact == scored[0].pattern.slots:
             continue  # the grid snap: scored already
         pattern = lay_out(gang.profile, grid, SnappedPeriod(slots, gang.profile.period_ms, grid.slot_ms))
-        fit = [(s, relaid) for s, found in sharing
-               if slots <= _longest(exact, found.stretch)
-               and (relaid := _commensurate(snapshot, slots, found)) is not None]
+        fit = [(s, relaid) for s, found, longest in sharing
+               if slots <= longest and (relaid := _commensurate(snapshot, slots, found)) is not None]
         if fit and (locked := _exact_at(snapshot, gang, fit, policy, earliest, pattern, span)) is not None:
             return locked
     return None
@@ -348,7 +347,7 @@ def _held(snapshot: Snapshot, uid: str, slots: int, stretch: float = STRETCH) ->
         return current
     if placed.locked:
         return None
-    own = snapshot.grid.exact(placed.gang.profile.period_ms).slots
+    own = _exact_slots(snapshot, uid)
     return next((q for q in range(own, _longest(own, stretch) + 1)
                  if slots % q == 0 or q % slots == 0), None)
 
@@ -365,7 +364,12 @@ class _Sharing:
     beyond: frozenset[str]
     own: dict[int, float]
     theirs: tuple[tuple[str, int, float], ...]
-    stretch: float = STRETCH
+    stretch: float
+
+
+def _exact_slots(snapshot: Snapshot, uid: str) -> int:
+    """Placed gang ``uid``'s exact period (slots)."""
+    return snapshot.grid.exact(snapshot.placed[uid].gang.profile.period_ms).slots
 
 
 def _sharing(snapshot: Snapshot, gang: Gang, scored: _Scored, exact: int) -> _Sharing | None:
@@ -384,7 +388,7 @@ def _sharing(snapshot: Snapshot, gang: Gang, scored: _Scored, exact: int) -> _Sh
                    for link, m in zip(snapshot.placed[uid].links.tolist(), snapshot.placed[uid].multiplier)
                    if link in hot)
     beyond = (_unlocked_closure(snapshot, near, links, extra) or set()) - near
-    identical = all(snapshot.grid.exact(snapshot.placed[uid].gang.profile.period_ms).slots == exact for uid in near)
+    identical = all(_exact_slots(snapshot, uid) == exact for uid in near)
     return _Sharing(frozenset(near), frozenset(beyond), own, theirs, OVERFILL if identical else STRETCH)
 
 
