@@ -7,13 +7,18 @@ controller is configured with), namespace and Lease, so tests do not see each ot
 
 from __future__ import annotations
 
+import os
 import pathlib
+import subprocess
+import sys
 import threading
 import time
 from typing import Iterator
 
 import pytest
 
+from tests.agent.process import ROOT, free_port, scrape, start_agent
+from tests.agent.process import stop as stop_processes
 from tests.controller import builders as b
 from tests.controller.cluster import Cluster, ControllerProcess, claim_timing, start_controller, timing, wait_until
 from volcano_metronome import api, kube
@@ -24,9 +29,6 @@ from volcano_metronome.shapes.times import parse_time
 
 # Short enough that a standby takes over in seconds, long enough to survive a loaded CI machine.
 FAST_LEASE = {"leaseDurationSeconds": 6, "renewDeadlineSeconds": 5, "retryPeriodSeconds": 1}
-
-
-
 
 
 def test_gated_pods_get_affinity_annotations_and_are_ungated(cluster: Cluster, tmp_path: pathlib.Path,
@@ -413,6 +415,48 @@ def test_a_lone_gang_runs_free_is_locked_by_a_gang_sharing_its_nics_and_unlocked
     assert all(timing(p) == {api.PERIOD_MS: "200"} for p in gang_pods(cluster, ns, "a"))
     assert wait_until(lambda: regarding("Unlocked"), 10, "the Unlocked event") == ["a"]
     assert wait_until(lambda: ctl.metric("metronome_controller_unlocks_total"), 10, "the unlocks metric") == 1
+
+
+def test_the_node_agent_fits_no_profile_for_a_locked_gang_and_fits_one_once_it_runs_free(
+        cluster: Cluster, tmp_path: pathlib.Path, controllers: list[ControllerProcess], lock_queue: str) -> None:
+    """The node agent (a subprocess sampling ``lo``, where a real sender bursts 30 ms every 300 ms) on the node
+    gang a has to itself writes no measured profile while gang b keeps a locked (a's bursts leave at its slots,
+    so the NIC would show the published period, padding counted as compute), and fits and writes one once b
+    is gone and a runs free: the claim's ``locked`` is the only switch."""
+    cluster.nodes(3)
+    ns = cluster.namespace()
+    ctl = start_controller(cluster, tmp_path, controllers, ns)
+    lock_gang(cluster, ns, "a", lock_queue)
+    wait_until(lambda: follows_claim(cluster, ns, "a", locked=False), 60, lambda: f"gang a placed free\n{ctl.logs()}")
+    lock_gang(cluster, ns, "b", lock_queue)
+    wait_until(lambda: follows_claim(cluster, ns, "b", locked=True) and follows_claim(cluster, ns, "a", locked=True),
+               60, lambda: f"gang b placed and gang a locked\n{ctl.logs()}")
+    (node,) = set(claim_status(cluster, ns, "a")["nodes"]) - set(claim_status(cluster, ns, "b")["nodes"])
+
+    sender = subprocess.Popen([sys.executable, "-m", "tests.profiling.paced", "--period-ms", "300", "--burst-ms", "30",
+                               "--max-bursts", "400"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                              cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    port = free_port()
+    agent = start_agent(cluster.kubeconfig, node, tmp_path / "agent.log", port)
+    logs = lambda: f"{(tmp_path / 'agent.log').read_text()}\n{ctl.logs()}"  # noqa: E731
+
+    def fits(result: str) -> float:
+        try:
+            return scrape(f"http://127.0.0.1:{port}/metrics").get(("metronome_agent_fits_total", (("result", result),)), 0)
+        except OSError:  # the agent's server is not up yet
+            return 0
+
+    try:
+        wait_until(lambda: fits("aligned") >= 2, 60, lambda: f"two rounds that find gang a locked\n{logs()}")
+        assert "measuredProfile" not in claim_status(cluster, ns, "a") and fits("written") == 0
+        delete_gang(cluster, ns, "b")
+        wait_until(lambda: follows_claim(cluster, ns, "a", locked=False), 60, lambda: f"gang a unlocked\n{logs()}")
+        measured = wait_until(lambda: claim_status(cluster, ns, "a").get("measuredProfile"), 60,
+                              lambda: f"a measured profile for the free gang a\n{logs()}")
+    finally:
+        stop_processes(agent, sender)
+    assert measured["source"] == "node-agent" and measured["node"] == node
+    assert measured["periodMs"] == pytest.approx(300.0, rel=0.05), measured
 
 
 def test_a_policy_s_traffic_classes_reach_the_claims_and_pods_through_a_real_api_server(
