@@ -1,4 +1,5 @@
-"""Untouched racks stay whole: the core offers one only where Volcano's binpack would open one too (round 11).
+"""Untouched racks and nodes stay whole: the core offers one only where Volcano's binpack would open one too
+(racks: round 11; nodes: round 26).
 
 A fragmented-cluster run found metronome 6.2 % behind volcano-topology with the same offsets policy:
 its alternative racks, chosen for fewer expected collisions on their NICs, opened untouched racks,
@@ -52,3 +53,34 @@ def test_a_gang_shares_a_used_rack_instead_of_opening_an_untouched_one():
     assert snap.gangs_on[3:].tolist() == [0, 0, 0] and snap.gangs_on[:2].min() >= 1
     snap.forget("a")
     assert snap.gangs_on[:3].sum() == len(d.nodes)
+
+
+def test_a_gang_shares_a_used_node_instead_of_opening_an_untouched_one():
+    # Round 26 (fuzz 22082): a rack of four 8-GPU nodes; a (12 x 1 GPU) holds node 0 and half of node 1. b (the
+    # same shape, bursts that collide with a's) fits beside a on node 1 plus node 2, as binpack puts it, or on
+    # nodes 2 and 3 with no NIC shared. It took nodes 2 and 3, and the 8-GPU worker that came next found no whole
+    # node; now it shares node 1 with a, and node 3 stays whole.
+    snap = empty(leaf_spine(2, 4, 50.0, 200.0), 8)
+    a = gang("a", 12, 1, period=200.0, start=60.0, length=120.0, gbps=40.0)
+    snap.assume(a, np.array([0, 1]), np.array([8, 4]), 0, locked=False)
+    b = gang("b", 12, 1, period=200.0, start=60.0, length=120.0, gbps=40.0)
+    busy = snap.gangs_on > 0
+    offered = placement.candidates(snap.topology, snap.free_gpus, snap.link_mean, b, 8).primary
+    guarded = placement.candidates(snap.topology, snap.free_gpus, snap.link_mean, b, 8, busy=busy).primary
+    assert [2, 3] in [c.nodes.tolist() for c in offered] and [2, 3] not in [c.nodes.tolist() for c in guarded]
+    d = decide(snap, b, POLICY)
+    assert isinstance(d, Decision) and d.nodes == ("rack-0-node-1", "rack-0-node-2"), d.nodes
+    commit(snap, b, d)
+    assert snap.gangs_on[3] == 0
+
+
+def test_among_partly_used_nodes_the_least_loaded_nics_are_still_offered():
+    # Every node of rack 0 holds a gang: a node set of the least-loaded NICs opens no node, so it stays on offer.
+    topo = leaf_spine(2, 4, 100.0, 100.0)
+    link_mean = np.zeros(len(topo.links))
+    link_mean[0] = 50_000.0
+    assert placement.node_load(topo, link_mean)[:4].tolist() == [50_000.0, 0.0, 0.0, 0.0]  # node 0's NIC is loaded
+    busy = np.array([True] * 4 + [False] * 4)
+    g = gang("g", 3, 4)
+    cands = placement.candidates(topo, np.array([4] * 4 + [8] * 4), link_mean, g, 8, busy=busy).primary
+    assert [c.nodes.tolist() for c in cands] == [[0, 1, 2], [1, 2, 3]]

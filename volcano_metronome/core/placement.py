@@ -15,7 +15,8 @@ The bound on the work per decision is ``limit`` node sets (``Policy.max_candidat
    peak), and a tie keeps the binpack (round 7 of docs/simulator-rounds.md; a fill of the emptiest nodes taken whatever the
    collisions fragmented partly used nodes and queued later gangs longer). A domain that holds no gang
    (``busy``) is offered only where the first, Volcano's, is untouched too: binpacking keeps such domains
-   whole for the gangs that need one (round 11). Up to two *spanning*
+   whole for the gangs that need one (round 11). So are nodes: a least-loaded node set is offered only where
+   it opens no more untouched nodes than the binpack of its domain (round 26). Up to two *spanning*
    candidates, which cross domains but use the least-loaded uplinks or NICs, are kept as
    *secondary*: ``core.decision`` scores them only as a last resort.
 3. If no domain can hold it, up to ``limit`` spanning candidates are primary, Volcano's first (the
@@ -80,7 +81,8 @@ def candidates(topology: Topology, free_gpus: np.ndarray, link_mean: np.ndarray,
                limit: int, secondary: bool = True, busy: np.ndarray | None = None) -> Candidates:
     """Node sets worth scoring for ``gang`` (see the module docstring for the bound); without
     ``secondary``, the spanning candidates kept in reserve are not built. ``busy`` marks the nodes that
-    hold a gang: an untouched domain is offered only where Volcano's binpack would open one too."""
+    hold a gang: an untouched domain is offered only where Volcano's binpack would open one too, and an
+    untouched node only where it would open as many."""
     room = member_room(free_gpus, gang)
     if room.sum() < gang.size:
         usable = int((room > 0).sum())
@@ -112,9 +114,13 @@ def candidates(topology: Topology, free_gpus: np.ndarray, link_mean: np.ndarray,
         binpacked = [make(nodes, 0) for nodes in packed]
         # The same domains' nodes, least-loaded NICs first: ranked after every binpack, so core.decision
         # takes one only where its expected collisions are strictly lower (same domain, same locality).
+        # Not where it opens more untouched nodes than the binpack: the collisions it avoids last while the
+        # neighbour runs, the node it breaks keeps whole-node gangs off it while this one runs (round 26).
         spread: list[Candidate] = []
-        for nodes in packed:
+        for nodes, binpack in zip(packed, binpacked):
             cand = make(_least_loaded(nodes, room, load), 0)
+            if busy is not None and _untouched(cand, busy) > _untouched(binpack, busy):
+                continue
             if not _same_as_any(cand, binpacked) and not _same_as_any(cand, spread):
                 spread.append(cand)
         primary = tuple(_ranked(binpacked + spread[:max(0, limit - len(binpacked))]))
@@ -190,6 +196,11 @@ def _fill(order: np.ndarray, room: np.ndarray, size: int, racks: np.ndarray, ran
     chosen, members = chosen[keep], members[keep]
     sort = np.argsort(chosen)
     return Candidate(chosen[sort], members[sort], int(len(np.unique(racks[chosen]))), rank)
+
+
+def _untouched(cand: Candidate, busy: np.ndarray) -> int:
+    """How many nodes no gang holds ``cand`` would open."""
+    return int((~busy[cand.nodes]).sum())
 
 
 def _ranked(cands: list[Candidate], first: int = 0) -> list[Candidate]:
