@@ -137,7 +137,7 @@ def test_cel_rules_are_well_formed(kind: str) -> None:
 def test_cross_field_rules_required_by_the_issue() -> None:
     profile = _spec("STBandwidthClaim")["properties"]["profile"]
     rules = {r["rule"] for r in profile["x-kubernetes-validations"]}
-    assert "self.windows.all(w, w.startMs + w.lenMs <= self.periodMs)" in rules
+    assert "self.windows.all(w, w.startMs + w.lenMs <= self.periodMs + 1e-9)" in rules
     assert any("jitterMs < self.periodMs" in r for r in rules)
     assert any("exists_one" in r for r in rules) and any("v.startMs >= w.startMs + w.lenMs" in r for r in rules)
     capacity = _spec("STBandwidthCapacity")["x-kubernetes-validations"]

@@ -169,6 +169,35 @@ def _create(client: ApiClient, obj: dict[str, Any]) -> dict[str, Any]:
                           query={"fieldManager": FIELD_MANAGER, "fieldValidation": "Strict"})
 
 
+def test_windows_that_end_at_the_period_or_the_next_window_in_decimals_are_accepted(
+        client: ApiClient, namespace: str, created: list[dict[str, Any]]) -> None:
+    """250.3 + 20.1 is past 270.4 in binary (and 0.1 + 0.2 past 0.3): the CEL rules allow 1e-9 ms, as the core
+    does. The node agent's fits end their last window at the period, and an exact rule refused about one in ten
+    of them (seen in CI: HTTP 422, "every window must lie inside the period")."""
+    assert 250.3 + 20.1 > 270.4 and 0.1 + 0.2 > 0.3
+    profile = {"periodMs": 270.4, "windows": [{"startMs": 0.1, "lenMs": 0.2, "gbps": 40},
+                                              {"startMs": 0.3, "lenMs": 10, "gbps": 40},
+                                              {"startMs": 250.3, "lenMs": 20.1, "gbps": 80}], "jitterMs": 0}
+    profile_from_spec(profile, "spec.profile")  # the core accepts it
+    claim = _unique(load_manifests(REPO / "crds" / "examples" / "stbandwidthclaim-resnet50.yaml")[0], namespace, "")
+    claim["metadata"]["name"] = f"decimals-{uuid.uuid4().hex[:6]}"
+    claim["spec"]["profile"] = profile
+    _create(client, claim)
+    created.append(claim)
+    # ... and a measured one through the status subresource, as the node agent writes it.
+    measured = {**profile, "source": "node-agent", "node": "n0", "confidence": 0.9, "periods": 20,
+                "measuredAt": "2026-11-29T20:00:00Z"}
+    client.apply({**claim, "status": {"measuredProfile": measured}}, subresource="status")
+    # A real overrun is still refused.
+    late = copy.deepcopy(claim)
+    late["metadata"]["name"] = f"decimals-late-{uuid.uuid4().hex[:6]}"
+    late["spec"]["profile"] = {**profile, "periodMs": 270.3}
+    with pytest.raises(ApiError) as refused:
+        _create(client, late)
+        created.append(late)
+    assert "every window must lie inside the period" in str(refused.value)
+
+
 def test_gang_ref_is_immutable(client: ApiClient, namespace: str, created: list[dict[str, Any]]) -> None:
     claim = _unique(load_manifests(REPO / "crds" / "examples" / "stbandwidthclaim-resnet50.yaml")[0], namespace, "")
     claim["metadata"]["name"] = f"immutable-{uuid.uuid4().hex[:6]}"
