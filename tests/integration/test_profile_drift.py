@@ -109,22 +109,29 @@ def test_the_node_agent_measures_real_traffic_and_the_controller_reports_the_dri
     wait_until(lambda: cluster.ungated(ns), 60, lambda: f"ungated pods\n{ctl.logs()}")
     (node,) = claim(cluster, ns, "a")["status"]["nodes"]
 
-    # 30 ms bursts every 300 ms (at most 200: 60 s), paced by the kernel so that they keep their shape on a
+    # 30 ms bursts every 300 ms (at most 400: 120 s), paced by the kernel so that they keep their shape on a
     # loaded machine (tests/profiling/paced.py), to 127.0.0.1 only.
     sender = subprocess.Popen([sys.executable, "-m", "tests.profiling.paced", "--period-ms", "300", "--burst-ms", "30",
-                               "--max-bursts", "200"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                               "--max-bursts", "400"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                               cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
     port = free_port()  # the agent's /metrics
     agent = start_agent(cluster.kubeconfig, node, tmp_path / "agent.log", port)
+    logs = lambda: f"{(tmp_path / 'agent.log').read_text()}\n{ctl.logs()}"  # noqa: E731
+
+    def fitted() -> dict[str, Any] | None:
+        """The claim's measured profile once it is the sender's period: a trace recorded while a loaded machine
+        delays the sender can be misread (a CI run, 2026-11-29: 500.6 ms, three windows, in the first round);
+        the agent refits every 5 s and the next round writes over it."""
+        measured = (claim(cluster, ns, "a").get("status") or {}).get("measuredProfile") or {}
+        return measured if abs(measured.get("periodMs", 0.0) - 300.0) <= 15.0 else None
+
     try:
-        cond = wait_until(lambda: drift(cluster, ns, "a"), 60,
-                          lambda: f"ProfileDrift\n{(tmp_path / 'agent.log').read_text()}\n{ctl.logs()}")
+        cond = wait_until(lambda: drift(cluster, ns, "a"), 60, lambda: f"ProfileDrift\n{logs()}")
+        measured = wait_until(fitted, 60, lambda: f"a measured period of 300 ms\n{logs()}")
         scraped = scrape(f"http://127.0.0.1:{port}/metrics")
     finally:
         stop_processes(agent, sender)
-    measured = claim(cluster, ns, "a")["status"]["measuredProfile"]
     assert measured["source"] == "node-agent" and measured["node"] == node
-    assert measured["periodMs"] == pytest.approx(300.0, rel=0.05), measured
     assert cond["reason"].startswith("Period") and "period 200 -> " in cond["message"]
     # What the agent exports over HTTP: the last period it fitted for the claim, the NIC's mean rate.
     period = scraped[("metronome_agent_period_ms", (("claim", "podgroup-a"), ("namespace", ns),
