@@ -1,4 +1,4 @@
-"""The node agent and the timed loop as subprocesses on loopback, for the integration tests."""
+"""The node agent, the timed loop and a paced sender as subprocesses on loopback, for the integration tests."""
 
 from __future__ import annotations
 
@@ -31,6 +31,15 @@ def start_agent(kubeconfig: pathlib.Path, node: str, log: pathlib.Path, port: in
                                  "--interval", "5", "--metrics-port", str(port), "--bind-address", "127.0.0.1",
                                  *args], stdout=out, stderr=subprocess.STDOUT, cwd=ROOT,
                                 env={**os.environ, "PYTHONPATH": str(ROOT)})
+
+
+def start_paced_sender(period_ms: float, burst_ms: float, max_bursts: int) -> subprocess.Popen[bytes]:
+    """:mod:`tests.profiling.paced`: bursts on ``lo`` that the kernel paces, so that they keep their shape on a loaded
+    machine; it stops after ``max_bursts`` bursts or at SIGTERM."""
+    return subprocess.Popen([sys.executable, "-m", "tests.profiling.paced", "--period-ms", f"{period_ms:g}",
+                             "--burst-ms", f"{burst_ms:g}", "--max-bursts", str(max_bursts)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT,
+                            env={**os.environ, "PYTHONPATH": str(ROOT)})
 
 
 def start_timed_loop(directory: pathlib.Path, namespace: str, gang: str, period_ms: float, burst_ms: float,

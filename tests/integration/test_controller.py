@@ -7,17 +7,14 @@ controller is configured with), namespace and Lease, so tests do not see each ot
 
 from __future__ import annotations
 
-import os
 import pathlib
-import subprocess
-import sys
 import threading
 import time
 from typing import Iterator
 
 import pytest
 
-from tests.agent.process import ROOT, free_port, scrape, start_agent
+from tests.agent.process import free_port, scrape, start_agent, start_paced_sender
 from tests.agent.process import stop as stop_processes
 from tests.controller import builders as b
 from tests.controller.cluster import Cluster, ControllerProcess, claim_timing, start_controller, timing, wait_until
@@ -352,9 +349,9 @@ def assert_interleaved(a: dict, c: dict, period_ms: float = PERIOD_MS) -> None:
 
 
 def locked_beside(cluster: Cluster, tmp_path: pathlib.Path, controllers: list[ControllerProcess], queue: str,
-                  first: dict, second: dict, grid_ms: float) -> tuple[str, dict, dict]:
-    """Gang a (``first``) placed alone, free on its grid period ``grid_ms``, then gang b (``second``), until b is
-    placed and a locked: the namespace and both claims' status."""
+                  first: dict | None, second: dict | None, grid_ms: float) -> tuple[str, dict, dict]:
+    """Gang a (``first``; None: ``builders.PROFILE``) placed alone, free on its grid period ``grid_ms``, then gang b
+    (``second``), until b is placed and a locked: the namespace and both claims' status."""
     cluster.nodes(3)
     ns = cluster.namespace()
     ctl = start_controller(cluster, tmp_path, controllers, ns)
@@ -423,19 +420,11 @@ def test_the_node_agent_fits_no_profile_for_a_locked_gang_and_fits_one_once_it_r
     gang a has to itself writes no measured profile while gang b keeps a locked (a's bursts leave at its slots,
     so the NIC would show the published period, padding counted as compute), and fits and writes one once b
     is gone and a runs free: the claim's ``locked`` is the only switch."""
-    cluster.nodes(3)
-    ns = cluster.namespace()
-    ctl = start_controller(cluster, tmp_path, controllers, ns)
-    lock_gang(cluster, ns, "a", lock_queue)
-    wait_until(lambda: follows_claim(cluster, ns, "a", locked=False), 60, lambda: f"gang a placed free\n{ctl.logs()}")
-    lock_gang(cluster, ns, "b", lock_queue)
-    wait_until(lambda: follows_claim(cluster, ns, "b", locked=True) and follows_claim(cluster, ns, "a", locked=True),
-               60, lambda: f"gang b placed and gang a locked\n{ctl.logs()}")
-    (node,) = set(claim_status(cluster, ns, "a")["nodes"]) - set(claim_status(cluster, ns, "b")["nodes"])
+    ns, a, c = locked_beside(cluster, tmp_path, controllers, lock_queue, None, None, grid_ms=200)
+    ctl = controllers[-1]
+    (node,) = set(a["nodes"]) - set(c["nodes"])
 
-    sender = subprocess.Popen([sys.executable, "-m", "tests.profiling.paced", "--period-ms", "300", "--burst-ms", "30",
-                               "--max-bursts", "400"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                              cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    sender = start_paced_sender(300.0, 30.0, max_bursts=400)
     port = free_port()
     agent = start_agent(cluster.kubeconfig, node, tmp_path / "agent.log", port)
     logs = lambda: f"{(tmp_path / 'agent.log').read_text()}\n{ctl.logs()}"  # noqa: E731

@@ -5,15 +5,12 @@ the measured profile (new period from a future epoch, published on the pods)."""
 
 from __future__ import annotations
 
-import os
 import pathlib
-import subprocess
-import sys
 from typing import Any, Iterator
 
 import pytest
 
-from tests.agent.process import ROOT, free_port, scrape, start_agent, start_timed_loop
+from tests.agent.process import free_port, scrape, start_agent, start_paced_sender, start_timed_loop
 from tests.agent.process import stop as stop_processes
 from tests.controller import builders as b
 from tests.controller.cluster import Cluster, ControllerProcess, start_controller, wait_until
@@ -109,11 +106,7 @@ def test_the_node_agent_measures_real_traffic_and_the_controller_reports_the_dri
     wait_until(lambda: cluster.ungated(ns), 60, lambda: f"ungated pods\n{ctl.logs()}")
     (node,) = claim(cluster, ns, "a")["status"]["nodes"]
 
-    # 30 ms bursts every 300 ms (at most 400: 120 s), paced by the kernel so that they keep their shape on a
-    # loaded machine (tests/profiling/paced.py), to 127.0.0.1 only.
-    sender = subprocess.Popen([sys.executable, "-m", "tests.profiling.paced", "--period-ms", "300", "--burst-ms", "30",
-                               "--max-bursts", "400"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                              cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    sender = start_paced_sender(300.0, 30.0, max_bursts=400)  # 120 s at most, to 127.0.0.1 only
     port = free_port()  # the agent's /metrics
     agent = start_agent(cluster.kubeconfig, node, tmp_path / "agent.log", port)
     logs = lambda: f"{(tmp_path / 'agent.log').read_text()}\n{ctl.logs()}"  # noqa: E731
