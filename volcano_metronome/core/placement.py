@@ -15,8 +15,9 @@ The bound on the work per decision is ``limit`` node sets (``Policy.max_candidat
    peak), and a tie keeps the binpack (round 7 of docs/simulator-rounds.md; a fill of the emptiest nodes taken whatever the
    collisions fragmented partly used nodes and queued later gangs longer). A domain that holds no gang
    (``busy``) is offered only where the first, Volcano's, is untouched too: binpacking keeps such domains
-   whole for the gangs that need one (round 11). So are nodes: a least-loaded node set is offered only where
-   it opens no more untouched nodes than the binpack of its domain (round 26). Up to two *spanning*
+   whole for the gangs that need one (round 11). So are nodes where whole ones are scarce (under
+   ``SCARCE`` of the cluster's nodes untouched): a least-loaded node set is then offered only where it opens
+   no more untouched nodes than the binpack of its domain (rounds 26 and 27). Up to two *spanning*
    candidates, which cross domains but use the least-loaded uplinks or NICs, are kept as
    *secondary*: ``core.decision`` scores them only as a last resort.
 3. If no domain can hold it, up to ``limit`` spanning candidates are primary, Volcano's first (the
@@ -35,6 +36,10 @@ from volcano_metronome.core.model import Gang
 from volcano_metronome.core.topology import Topology
 
 SECONDARY = 2
+#: Whole nodes are scarce below this share of the cluster's nodes untouched. Only then does breaking one open
+#: for fewer collisions cost a later gang its whole node: on a cluster with room to spare, the least-loaded
+#: NICs are the gain (round 27 of docs/simulator-rounds.md).
+SCARCE = 0.25
 
 
 @dataclass(frozen=True, eq=False)
@@ -81,8 +86,8 @@ def candidates(topology: Topology, free_gpus: np.ndarray, link_mean: np.ndarray,
                limit: int, secondary: bool = True, busy: np.ndarray | None = None) -> Candidates:
     """Node sets worth scoring for ``gang`` (see the module docstring for the bound); without
     ``secondary``, the spanning candidates kept in reserve are not built. ``busy`` marks the nodes that
-    hold a gang: an untouched domain is offered only where Volcano's binpack would open one too, and an
-    untouched node only where it would open as many."""
+    hold a gang: an untouched domain is offered only where Volcano's binpack would open one too, and, where
+    whole nodes are scarce, an untouched node only where it would open as many."""
     room = member_room(free_gpus, gang)
     if room.sum() < gang.size:
         usable = int((room > 0).sum())
@@ -100,6 +105,7 @@ def candidates(topology: Topology, free_gpus: np.ndarray, link_mean: np.ndarray,
     def make(order: np.ndarray, rank: int) -> Candidate:
         return _fill(order, room, gang.size, racks, rank)
 
+    keep_whole = busy if busy is not None and float(np.mean(~busy)) < SCARCE else None  # round 26, where scarce
     for tier in range(1, topology.tiers):
         domain = topology.domain_of(tier)
         room_for = max(1, limit - SECONDARY)
@@ -114,12 +120,13 @@ def candidates(topology: Topology, free_gpus: np.ndarray, link_mean: np.ndarray,
         binpacked = [make(nodes, 0) for nodes in packed]
         # The same domains' nodes, least-loaded NICs first: ranked after every binpack, so core.decision
         # takes one only where its expected collisions are strictly lower (same domain, same locality).
-        # Not where it opens more untouched nodes than the binpack: the collisions it avoids last while the
-        # neighbour runs, the node it breaks keeps whole-node gangs off it while this one runs (round 26).
+        # Where whole nodes are scarce, not where it opens more untouched nodes than the binpack: the
+        # collisions it avoids last while the neighbour runs, the node it breaks keeps whole-node gangs off it
+        # while this one runs (rounds 26 and 27).
         spread: list[Candidate] = []
         for nodes, binpack in zip(packed, binpacked):
             cand = make(_least_loaded(nodes, room, load), 0)
-            if busy is not None and _untouched(cand, busy) > _untouched(binpack, busy):
+            if keep_whole is not None and _untouched(cand, keep_whole) > _untouched(binpack, keep_whole):
                 continue
             if not _same_as_any(cand, binpacked) and not _same_as_any(cand, spread):
                 spread.append(cand)
