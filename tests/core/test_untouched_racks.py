@@ -57,7 +57,7 @@ def test_a_gang_shares_a_used_rack_instead_of_opening_an_untouched_one():
 
 
 @pytest.mark.parametrize("scarce", [True, False])
-def test_where_whole_nodes_are_scarce_a_gang_shares_a_used_node_instead_of_opening_an_untouched_one(scarce):
+def test_a_gang_shares_a_used_node_instead_of_opening_an_untouched_one_where_whole_nodes_are_scarce(scarce):
     # Round 26 (fuzz 22082): three racks of four 8-GPU nodes; a (12 x 1 GPU) holds node 0 and half of node 1.
     # b (the same shape, bursts that collide with a's) fits beside a on node 1 plus node 2, as binpack puts it,
     # or on nodes 2 and 3 with no NIC shared. Where racks 1 and 2 are full (2 of 12 nodes untouched), it took
