@@ -8,7 +8,7 @@ import socket
 import subprocess
 import sys
 import urllib.request
-from typing import Iterable
+from typing import IO, Iterable
 
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -22,36 +22,37 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
+def _module(module: str, args: Iterable[str], stdout: int | IO[bytes],
+            env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+    """``python -m module args`` from the checkout, which it imports first, stderr with stdout."""
+    return subprocess.Popen([sys.executable, "-m", module, *args], stdout=stdout, stderr=subprocess.STDOUT, cwd=ROOT,
+                            env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})})
+
+
 def start_agent(kubeconfig: pathlib.Path, node: str, log: pathlib.Path, port: int,
                 args: Iterable[str] = ()) -> subprocess.Popen[bytes]:
     """``profile agent`` sampling ``lo`` in 4 s traces every 5 s, /metrics on 127.0.0.1:``port``."""
     with log.open("ab") as out:
-        return subprocess.Popen([sys.executable, "-m", "volcano_metronome", "profile", "agent", "--kubeconfig",
-                                 str(kubeconfig), "--node", node, "--interface", "lo", "--seconds", "4",
-                                 "--interval", "5", "--metrics-port", str(port), "--bind-address", "127.0.0.1",
-                                 *args], stdout=out, stderr=subprocess.STDOUT, cwd=ROOT,
-                                env={**os.environ, "PYTHONPATH": str(ROOT)})
+        return _module("volcano_metronome", ["profile", "agent", "--kubeconfig", str(kubeconfig), "--node", node,
+                                             "--interface", "lo", "--seconds", "4", "--interval", "5",
+                                             "--metrics-port", str(port), "--bind-address", "127.0.0.1", *args], out)
 
 
 def start_paced_sender(period_ms: float, burst_ms: float, max_bursts: int) -> subprocess.Popen[bytes]:
     """:mod:`tests.profiling.paced`: bursts on ``lo`` that the kernel paces, so that they keep their shape on a loaded
     machine; it stops after ``max_bursts`` bursts or at SIGTERM."""
-    return subprocess.Popen([sys.executable, "-m", "tests.profiling.paced", "--period-ms", f"{period_ms:g}",
-                             "--burst-ms", f"{burst_ms:g}", "--max-bursts", str(max_bursts)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT,
-                            env={**os.environ, "PYTHONPATH": str(ROOT)})
+    return _module("tests.profiling.paced", ["--period-ms", f"{period_ms:g}", "--burst-ms", f"{burst_ms:g}",
+                                             "--max-bursts", str(max_bursts)], subprocess.DEVNULL)
 
 
 def start_timed_loop(directory: pathlib.Path, namespace: str, gang: str, period_ms: float, burst_ms: float,
                      log: pathlib.Path, seconds: float = 90.0) -> subprocess.Popen[bytes]:
     """:mod:`tests.agent.timed_loop` as gang ``gang``'s process ``<gang>-0``, publishing into ``directory``."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "METRONOME_MEASURED_DIR": str(directory),
-           "METRONOME_NAMESPACE": namespace, "METRONOME_GANG_KIND": "PodGroup", "METRONOME_GANG_NAME": gang,
-           "METRONOME_POD": f"{gang}-0"}
+    env = {"METRONOME_MEASURED_DIR": str(directory), "METRONOME_NAMESPACE": namespace,
+           "METRONOME_GANG_KIND": "PodGroup", "METRONOME_GANG_NAME": gang, "METRONOME_POD": f"{gang}-0"}
     with log.open("ab") as out:
-        return subprocess.Popen([sys.executable, "-m", "tests.agent.timed_loop", "--period-ms", f"{period_ms:g}",
-                                 "--burst-ms", f"{burst_ms:g}", "--seconds", f"{seconds:g}"],
-                                stdout=out, stderr=subprocess.STDOUT, cwd=ROOT, env=env)
+        return _module("tests.agent.timed_loop", ["--period-ms", f"{period_ms:g}", "--burst-ms", f"{burst_ms:g}",
+                                                  "--seconds", f"{seconds:g}"], out, env)
 
 
 def stop(*processes: subprocess.Popen[bytes]) -> None:

@@ -105,7 +105,7 @@ def candidates(topology: Topology, free_gpus: np.ndarray, link_mean: np.ndarray,
     def make(order: np.ndarray, rank: int) -> Candidate:
         return _fill(order, room, gang.size, racks, rank)
 
-    keep_whole = busy if busy is not None and float(np.mean(~busy)) < SCARCE else None  # round 26, where scarce
+    keep_whole = busy if busy is not None and float(np.mean(~busy)) < SCARCE else None
     for tier in range(1, topology.tiers):
         domain = topology.domain_of(tier)
         room_for = max(1, limit - SECONDARY)
