@@ -140,6 +140,64 @@ def test_attribution_says_whether_the_placements_or_the_offsets_moved_the_jct():
     assert fuzz.attribution([])["both"] == {"seeds": 0, "geometric_mean": None, "faster": 0, "slower": 0}
 
 
+def test_where_a_gang_is_held_the_hold_is_measured_against_its_ablation(tmp_path):
+    # 31302 (small): one gang held, 1.072 x volcano-topology with the hold, 1.000 x without (round 28).
+    code, doc, err = quick_run("--start", "31302", "--count", "1", "--write", str(tmp_path))
+    assert code == 0
+    [r] = doc["scenarios"]
+    assert r["held_gangs"] >= 1
+    # The ablation through the path ``simulate FILE`` runs: the same scenario with maxHoldSeconds 0.
+    data = yaml.safe_load((tmp_path / "fuzz-31302.yaml").read_text())
+    data["policy"]["max_hold_s"] = 0
+    bare = tmp_path / "bare.yaml"
+    bare.write_text(yaml.safe_dump(data))
+    report_path = tmp_path / "bare.json"
+    with contextlib.redirect_stdout(io.StringIO()):
+        assert cli_main(["simulate", str(bare), "--policies", "metronome,volcano-topology", "--json",
+                         str(report_path), "--quiet"]) == 0
+    plain = json.loads(report_path.read_text())["policies"]
+    assert plain["volcano-topology"]["avg_jct_s"] == r["policies"]["volcano-topology"]["avg_jct_s"]
+    assert r["hold"]["ratio"] == [pytest.approx(
+        r["policies"]["metronome"]["avg_jct_s"] / plain["metronome"]["avg_jct_s"], abs=1e-4)]
+    assert r["hold"]["without_vs_volcano_topology"] == [pytest.approx(
+        plain["metronome"]["avg_jct_s"] / plain["volcano-topology"]["avg_jct_s"], abs=1e-4)]
+    assert r["hold"]["ratio"][0] > 1.005  # the hold is what loses here
+    summ = doc["summary"]["hold"]
+    assert (summ["scenarios"], summ["seeds"], summ["slower"]) == (1, 1, 1)
+    assert summ["misses_vs_volcano_topology"] == {"with": 1, "without": 0}
+    assert "hold      metronome / without the hold" in err
+
+
+def test_a_scenario_that_holds_no_gang_is_not_run_again(monkeypatch):
+    calls = []
+    real = fuzz.simulate
+
+    def simulate(sim, policies, seeds, say=None):
+        calls.append(tuple(policies))
+        return real(sim, policies, seeds, say)
+
+    monkeypatch.setattr(fuzz, "simulate", simulate)
+    _, doc, err = quick_run("--start", "3")
+    assert all(r["held_gangs"] == 0 and "hold" not in r for r in doc["scenarios"])
+    assert calls == [tuple(regimes.POLICIES)] * 2
+    assert doc["summary"]["hold"] == {"scenarios": 0, "seeds": 0, "geometric_mean": None, "faster": 0, "slower": 0,
+                                      "misses_vs_volcano_topology": {"with": 0, "without": 0}}
+    assert "without the hold" not in err
+
+
+def test_the_hold_summary_counts_misses_with_and_without_the_hold():
+    def held(ratios, without, met):
+        return {"met": {"no_harm.avg_jct_s_vs_volcano-topology": met},
+                "hold": {"ratio": ratios, "without_vs_volcano_topology": without}}
+
+    rows = [held([0.8, 1.0], [1.01, 1.0], True), held([1.06], [1.004], False), {"met": {}}]
+    out = fuzz.hold_summary(rows)
+    assert (out["scenarios"], out["seeds"], out["faster"], out["slower"]) == (2, 3, 1, 1)
+    assert out["geometric_mean"] == pytest.approx((0.8 * 1.0 * 1.06) ** (1 / 3), abs=1e-4)
+    # The first misses only without the hold (worst seed 1.01), the second only with it.
+    assert out["misses_vs_volcano_topology"] == {"with": 1, "without": 1}
+
+
 def test_a_crash_is_recorded_the_run_goes_on_and_the_exit_code_is_1(monkeypatch):
     real = fuzz.simulate
 

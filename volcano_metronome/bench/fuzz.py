@@ -37,7 +37,7 @@ from volcano_metronome.bench.regimes import NO_HARM_KEYS, POLICIES, fixed, verdi
 from volcano_metronome.catalog import builtin
 from volcano_metronome.catalog.models import ALL_TO_ALL_MODELS, MODELS
 from volcano_metronome.sim import floor
-from volcano_metronome.sim.report import SHARED_EXCESS
+from volcano_metronome.sim.report import NO_HARM, SHARED_EXCESS
 from volcano_metronome.sim.runner import simulate
 from volcano_metronome.sim.workload import offered_load, parse_sim
 
@@ -58,6 +58,8 @@ ATTRIBUTION: dict[str, tuple[str, str]] = {
 }
 #: A ratio counts as faster or slower only beyond this band (the do-no-harm bound's 0.5 %).
 BAND = floor.BAND
+#: The do-no-harm bound on average JCT against ``volcano-topology`` (issue 12), for the hold's ablation.
+_VT_BOUND = next(bound for name, figure, bound in NO_HARM if (name, figure) == ("volcano-topology", "avg_jct_s"))
 
 
 def scenario(index: int, execution: str = "any") -> dict[str, Any]:
@@ -193,21 +195,41 @@ def run_one(index: int, seeds: int, execution: str = "any", small: bool = False,
         if with_floor:
             measured = floor.measure(sim, range(seeds), bases=floor.known_bases(report))
             ratios = [r for s in measured["per_seed"] for r in s["ratios"]]
-        return row(index, data, report, load, time.process_time() - started, ratios)
+        held = None
+        if any(s["policies"]["metronome"].get("held_gangs") for s in report["per_seed"]):
+            stage = "simulate without the hold"
+            held = without_hold(data, report)
+        return row(index, data, report, load, time.process_time() - started, ratios, held)
     except Exception as exc:  # a crash is what this command hunts: record it and go on
         return {"index": index, "scenario": data["name"] if data else f"fuzz-{index}", "stage": stage,
                 "error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()[-1500:],
                 "cpu_s": round(time.process_time() - started, 1)}
 
 
+def without_hold(data: Mapping[str, Any], report: Mapping[str, Any]) -> dict[str, list[float | None]]:
+    """The hold's ablation: metronome again with ``max_hold_s: 0`` on the report's seeds. Per seed: metronome's
+    average JCT over the one without the hold (``ratio``), and the one without it over ``volcano-topology``'s."""
+    bare = {**data, "policy": {**data.get("policy", {}), "max_hold_s": 0}}
+    plain, _ = simulate(parse_sim(bare, builtin()), ["metronome"], list(report["seeds"]))
+    out: dict[str, list[float | None]] = {"ratio": [], "without_vs_volcano_topology": []}
+    for seed, bare_seed in zip(report["per_seed"], plain["per_seed"]):
+        both = {**seed["policies"], "without": bare_seed["policies"]["metronome"]}
+        out["ratio"].append(_ratio(both, "metronome", "without"))
+        out["without_vs_volcano_topology"].append(_ratio(both, "without", "volcano-topology"))
+    return out
+
+
 def row(index: int, data: Mapping[str, Any], report: Mapping[str, Any], load: float, cpu_s: float,
-        floor_ratios: Sequence[float] | None = None) -> dict[str, Any]:
+        floor_ratios: Sequence[float] | None = None,
+        held: Mapping[str, list[float | None]] | None = None) -> dict[str, Any]:
     """One scenario's entry: what was drawn, every policy's figures, do-no-harm ratios (worst seed) and verdicts
-    (and ``floor``, ``volcano-topology`` against itself, where measured)."""
+    (and ``floor``, ``volcano-topology`` against itself, and ``hold``, the hold's ablation, where measured)."""
     policies = report["policies"]
     targets = verdicts(report)
     excess = policies["volcano-topology"]["contention_excess"]
-    extra = {} if floor_ratios is None else {"floor": list(floor_ratios)}
+    extra: dict[str, Any] = {} if floor_ratios is None else {"floor": list(floor_ratios)}
+    if held is not None:
+        extra["hold"] = dict(held)
     return {
         "index": index,
         "scenario": data["name"],
@@ -253,6 +275,7 @@ def summary(rows: Sequence[Mapping[str, Any]], crashes: Sequence[Mapping[str, An
     out = {"scenarios": len(rows) + len(crashes), "crashes": len(crashes),
            "crashed": [c["index"] for c in crashes], "counts": counts, "worst": worst, "no_harm_misses": misses,
            "contended": sum(1 for r in rows if r["contended"]), "attribution": attribution(rows),
+           "hold": hold_summary(rows),
            "cpu_s": round(sum(r["cpu_s"] for r in (*rows, *crashes)), 1)}
     measured = [r for r in rows if "floor" in r]
     if measured:
@@ -267,13 +290,26 @@ def summary(rows: Sequence[Mapping[str, Any]], crashes: Sequence[Mapping[str, An
 def attribution(rows: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
     """Per ``ATTRIBUTION`` ratio, over every scenario-seed: the geometric mean, and how many are faster or
     slower than ``BAND``: whether a gain (or a loss) is the placements' or the offsets'."""
-    out: dict[str, dict[str, Any]] = {}
-    for name in ATTRIBUTION:
-        known = [v for r in rows for v in r["attribution"][name] if v is not None]
-        out[name] = {"seeds": len(known),
-                     "geometric_mean": round(math.exp(sum(map(math.log, known)) / len(known)), 4) if known else None,
-                     "faster": sum(v < 1 - BAND for v in known), "slower": sum(v > 1 + BAND for v in known)}
-    return out
+    return {name: _spread([v for r in rows for v in r["attribution"][name] if v is not None]) for name in ATTRIBUTION}
+
+
+def hold_summary(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """The hold against its ablation, over the scenario-seeds of the scenarios that hold a gang: the spread of
+    metronome over metronome without the hold, and how many of those scenarios miss do-no-harm against
+    ``volcano-topology`` (worst seed) with the hold and without it."""
+    held = [r for r in rows if "hold" in r]
+    without = [max((v for v in r["hold"]["without_vs_volcano_topology"] if v is not None), default=None)
+               for r in held]
+    return {"scenarios": len(held), **_spread([v for r in held for v in r["hold"]["ratio"] if v is not None]),
+            "misses_vs_volcano_topology": {
+                "with": sum(1 for r in held if not r["met"]["no_harm.avg_jct_s_vs_volcano-topology"]),
+                "without": sum(1 for w in without if w is not None and w > _VT_BOUND)}}
+
+
+def _spread(known: Sequence[float]) -> dict[str, Any]:
+    return {"seeds": len(known),
+            "geometric_mean": round(math.exp(sum(map(math.log, known)) / len(known)), 4) if known else None,
+            "faster": sum(v < 1 - BAND for v in known), "slower": sum(v > 1 + BAND for v in known)}
 
 
 def table(rows: Sequence[Mapping[str, Any]], crashes: Sequence[Mapping[str, Any]], summ: Mapping[str, Any]) -> str:
@@ -302,6 +338,12 @@ def table(rows: Sequence[Mapping[str, Any]], crashes: Sequence[Mapping[str, Any]
         a = summ["attribution"][name]
         lines.append(f"  {name:<10}{ours + ' / ' + theirs:<36}{fixed(a['geometric_mean'], 4, 0)}"
                      f" ({a['faster']} / {a['slower']} of {a['seeds']})")
+    h = summ["hold"]
+    if h["scenarios"]:
+        m = h["misses_vs_volcano_topology"]
+        lines.append(f"  {'hold':<10}{'metronome / without the hold':<36}{fixed(h['geometric_mean'], 4, 0)}"
+                     f" ({h['faster']} / {h['slower']} of {h['seeds']}, in the {h['scenarios']} scenarios that hold a "
+                     f"gang; misses against volcano-topology {m['with']} with it, {m['without']} without)")
     if "floor" in summ:
         lines.append(floor.line(summ["floor"]))
         lines.append("  on the scenarios where metronome differs from it: "
