@@ -14,6 +14,10 @@ With ``--floor`` every scenario also runs ``volcano-topology`` against itself wi
 iteration longer (``sim.floor``): how often one seed leaves the 0.5 % band by chance, to read the
 misses against.
 
+Where metronome holds a gang back (``core.holding``) on some seed, the scenario also runs metronome with
+``max_hold_s: 0`` (``without_hold``): the hold against its ablation, per scenario and in the summary, as
+``attribution`` puts the placements and the offsets against theirs.
+
 A scenario that raises, in the parser (the generator wrote an invalid scenario) or in the simulator,
 is recorded with its traceback and the run goes on; the process exits 1 if any did, so it can gate.
 The figures are not targets: random scenarios, usually one seed.
