@@ -32,6 +32,7 @@ from typing import Any
 import yaml
 
 from volcano_metronome import api, kube
+from volcano_metronome.bench import cputime
 from volcano_metronome.controller import objects
 
 GPU = "nvidia.com/gpu"
@@ -81,16 +82,6 @@ def install_crds(kubeconfig: pathlib.Path) -> None:
     from volcano_metronome.devtools.sources import our_crd_files, upstream_crd_files
 
     ApiClient.from_kubeconfig(kubeconfig).install_crds(upstream_crd_files() + our_crd_files())
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of a process so far (Linux /proc)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def run(kubeconfig: pathlib.Path, args: argparse.Namespace, server_pids: dict[str, int]) -> dict[str, Any]:
@@ -236,9 +227,9 @@ class Controller:
 
     def cpu(self, server_pids: dict[str, int]) -> dict[str, float]:
         """CPU seconds used so far by the controller, the benchmark itself and the servers (if ours)."""
-        out = {"controller": cpu_seconds(self.proc.pid) if self.proc is not None else 0.0,
-               "benchmark": cpu_seconds(os.getpid())}
-        out.update({name: cpu_seconds(pid) for name, pid in server_pids.items()})
+        out = {"controller": cputime.process_tree(self.proc.pid) if self.proc is not None else 0.0,
+               "benchmark": cputime.process_tree(os.getpid())}
+        out.update({name: cputime.process_tree(pid) for name, pid in server_pids.items()})
         return out
 
     def metrics(self, pods: int) -> dict[str, float]:

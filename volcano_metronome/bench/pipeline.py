@@ -37,7 +37,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Sequence
 
 from volcano_metronome import kube
-from volcano_metronome.bench import timeline, workload
+from volcano_metronome.bench import cputime, timeline, workload
 from volcano_metronome.bench.workload import JSON, Shape
 from volcano_metronome.devtools import probes
 from volcano_metronome.devtools.apply import ApiClient
@@ -356,25 +356,10 @@ def _controller_cycles(stack: Stack) -> tuple[float, float]:
 
 def _cpu(stack: Stack) -> dict[str, float]:
     """CPU seconds so far of every process of the stack (children included: gunicorn's workers) and of this one."""
-    seconds = {name: _process_tree_cpu(record.pid) for name, record in stack.records().items()}
+    seconds = {name: cputime.process_tree(record.pid) for name, record in stack.records().items()}
     own = os.times()
     seconds["bench"] = own.user + own.system
     return seconds
-
-
-def _process_tree_cpu(pid: int) -> float:
-    ticks = os.sysconf("SC_CLK_TCK")
-    total, pending = 0.0, [pid]
-    while pending:
-        current = pending.pop()
-        try:
-            fields = pathlib.Path(f"/proc/{current}/stat").read_text().rsplit(")", 1)[1].split()
-            total += (int(fields[11]) + int(fields[12])) / ticks
-            for task in pathlib.Path(f"/proc/{current}/task").iterdir():
-                pending.extend(int(child) for child in (task / "children").read_text().split())
-        except (OSError, IndexError, ValueError):
-            continue
-    return total
 
 
 def _loadavg() -> list[float]:

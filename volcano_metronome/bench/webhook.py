@@ -41,7 +41,7 @@ import numpy as np
 
 from volcano_metronome import api
 from volcano_metronome.core.errors import MetronomeError
-from volcano_metronome.bench import profile
+from volcano_metronome.bench import cputime, profile
 
 HEADERS_END = b"\r\n\r\n"
 
@@ -187,24 +187,6 @@ def _stop(server: subprocess.Popen[bytes]) -> None:
         except subprocess.TimeoutExpired:
             server.kill()
             server.wait()
-
-
-def _cpu_seconds(pid: int) -> float:
-    """User + system CPU of ``pid`` and its descendants, from /proc (0 where /proc is unavailable)."""
-    total = 0.0
-    ticks = os.sysconf("SC_CLK_TCK")
-    pending = [pid]
-    while pending:
-        current = pending.pop()
-        try:
-            fields = pathlib.Path(f"/proc/{current}/stat").read_text().rsplit(")", 1)[1].split()
-            total += (int(fields[11]) + int(fields[12])) / ticks
-            for task in pathlib.Path(f"/proc/{current}/task").iterdir():
-                children = (task / "children").read_text().split()
-                pending.extend(int(child) for child in children)
-        except (OSError, IndexError, ValueError):
-            continue
-    return total
 
 
 # ------------------------------------------------------------------------------------------ load
@@ -386,12 +368,12 @@ def _drive(port: int, ca_pem: bytes, args: argparse.Namespace, server_pid: int) 
         process.start()
     for _ in processes:
         ready.get(timeout=60)
-    server_cpu_before = _cpu_seconds(server_pid)
+    server_cpu_before = cputime.process_tree(server_pid)
     t0_value.value = time.monotonic() + 0.05
     start.set()
     samplers = profile.start(pathlib.Path(args.profile), server_pid, args.warmup, args.seconds) if args.profile else []
     outcomes = [results.get(timeout=args.warmup + args.seconds + 120) for _ in processes]
-    server_cpu = _cpu_seconds(server_pid) - server_cpu_before
+    server_cpu = cputime.process_tree(server_pid) - server_cpu_before
     profile.finish(samplers)
     for process in processes:
         process.join(timeout=10)
