@@ -275,7 +275,11 @@ def model_profile(topology: TopologySpec, catalog: Catalog, grid: SlotGrid, mode
 
 
 def _within_cap(grid: SlotGrid) -> str:
-    return f"at most max_hyperperiod_ms ({grid.max_hyperperiod_ms:g} ms): no longer period can be placed"
+    # Say the way out: the cap is the scenario's own key, and a longer period is refused only below its bound.
+    most = MAX_HYPERPERIOD_SLOTS * grid.slot_ms
+    return (f"at most max_hyperperiod_ms ({grid.max_hyperperiod_ms:g} ms): no longer period can be placed"
+            + (f" (the scenario may raise max_hyperperiod_ms up to {most:g} ms, {MAX_HYPERPERIOD_SLOTS:,} slots of "
+               f"slot_ms)" if grid.max_hyperperiod_ms < most else ""))
 
 
 def _profile(data: Any, field: str) -> Profile:

@@ -106,7 +106,9 @@ def test_a_scenario_with_neither_jobs_nor_generate_is_refused() -> None:
      r"^generate.mix.resnet50: got 'resnet50', expected a model not already in the mix \(as ResNet50\)"),
     # Valid on its own, a catalog model can ask too much of a cluster: named by the mix entry, not "profile".
     ("max_hyperperiod_ms", 50, r"^generate.mix.resnet50: got 'resnet50', expected a model whose period on workers of "
-                               r"1 GPU of this topology \(200 ms\) is at most max_hyperperiod_ms \(50 ms\)"),
+                               r"1 GPU of this topology \(200 ms\) is at most max_hyperperiod_ms \(50 ms\): no longer period can be "
+                               r"placed \(the scenario may raise max_hyperperiod_ms up to 500000 ms, 100,000 slots "
+                               r"of slot_ms\)$"),
     ("topology.nic_gbps", 9000, r"^generate.mix.resnet50: got 'resnet50', expected a model whose profile on workers "
                                 r"of 1 GPU of this topology is valid; there its profile.windows\[0\].gbps: got 7200.0"),
 ])
@@ -130,7 +132,8 @@ def test_a_cap_of_too_many_slots_names_the_keys_the_file_has() -> None:
     # A name generate: gives one of its jobs would collide on some seed: refused whatever the seed.
     ({"name": "bert-base-0029"}, {}, r"^jobs\[0\].name: got 'bert-base-0029', expected a name generate: does not give"),
     ({"profile": {"period_ms": 30000, "windows": [{"start_ms": 0, "len_ms": 10, "gbps": 10}]}}, {},
-     r"^jobs\[0\].profile.period_ms: got 30000.0, expected at most max_hyperperiod_ms \(25200 ms\)"),
+     r"^jobs\[0\].profile.period_ms: got 30000.0, expected at most max_hyperperiod_ms \(25200 ms\): .* may raise "
+     r"max_hyperperiod_ms up to 500000 ms"),
     ({"profile": {"period_ms": 20000, "windows": [{"start_ms": 0, "len_ms": 10, "gbps": 10}]}},
      {"execution": {"noise_cv": 1.0}},
      r"^jobs\[0\].profile.period_ms: got 20000.0, expected a job whose measured period under execution.noise_cv 1 "),
