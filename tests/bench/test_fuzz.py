@@ -78,6 +78,29 @@ def test_the_executions_differ_only_in_the_execution_block():
     assert 25 < drawn < 75  # the draw's own noise about half the time
 
 
+def test_drawn_profiles_change_the_models_and_nothing_else():
+    catalog = builtin()
+    windows, all_to_all = [], 0
+    for i in range(100):
+        ours, theirs = fuzz.scenario(i), fuzz.scenario(i, profiles="drawn")
+        assert theirs["name"] == f"fuzz-{i}-drawn"
+        assert set(theirs["generate"]["mix"]) == set(theirs["catalog"]) == {
+            f"drawn-{k}" for k in range(len(theirs["catalog"]))}
+        rest = [{**d, "name": None, "catalog": None, "generate": {**d["generate"], "mix": None}} for d in (ours, theirs)]
+        assert rest[0] == rest[1]
+        for entry in theirs["catalog"].values():
+            ends = [(w["start_ms"], w["start_ms"] + w["len_ms"]) for w in entry["windows"]]
+            assert all(0 < a < b <= entry["period_ms"] for a, b in ends)
+            assert all(b <= c for (_, b), (c, _) in zip(ends, ends[1:]))  # in order, apart
+            windows.append(len(ends))
+            all_to_all += entry["collective"] == "all-to-all"
+        for execution in fuzz.EXECUTIONS:  # the format takes every draw: a refusal is the generator's bug
+            parse_sim(fuzz.scenario(i, execution, "drawn"), catalog)
+    assert set(windows) == {1, 2, 3} and 0 < all_to_all < len(windows) / 2
+    with pytest.raises(ValueError, match="profiles: got 'measured', expected one of catalog, drawn"):
+        fuzz.scenario(0, profiles="measured")
+
+
 def quick_run(*extra: str) -> tuple[int, dict, str]:
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
@@ -126,6 +149,22 @@ def test_quick_gives_the_json_and_the_table(tmp_path):
         assert figures == {k: report["policies"][name][k] for k in figures}, name
     for key in regimes.NO_HARM_KEYS:
         assert mine["ratios"][key] == report["targets"][key]["value"]
+
+
+def test_drawn_profiles_run_as_simulate_runs_the_file_written(tmp_path):
+    code, doc, _ = quick_run("--profiles", "drawn", "--start", "5", "--count", "1", "--write", str(tmp_path))
+    assert code == 0 and doc["run"]["profiles"] == "drawn"
+    [r] = doc["scenarios"]
+    assert r["scenario"] == "fuzz-5-drawn-quick" and all(m.startswith("drawn-") for m in r["models"])
+    written = yaml.safe_load((tmp_path / "fuzz-5.yaml").read_text())
+    assert written == fuzz.quick(fuzz.scenario(5, profiles="drawn")) and written["catalog"]
+    report_path = tmp_path / "report.json"
+    with contextlib.redirect_stdout(io.StringIO()):
+        assert cli_main(["simulate", str(tmp_path / "fuzz-5.yaml"), "--policies", ",".join(regimes.POLICIES),
+                         "--json", str(report_path), "--quiet"]) == 0
+    report = json.loads(report_path.read_text())
+    for name, figures in r["policies"].items():
+        assert figures == {k: report["policies"][name][k] for k in figures}, name
 
 
 def test_attribution_says_whether_the_placements_or_the_offsets_moved_the_jct():
@@ -220,8 +259,8 @@ def test_a_crash_is_recorded_the_run_goes_on_and_the_exit_code_is_1(monkeypatch)
 def test_a_scenario_the_parser_refuses_is_a_crash_of_the_generator(monkeypatch):
     real = fuzz.scenario
 
-    def scenario(index, execution="any"):
-        data = real(index, execution)
+    def scenario(index, execution="any", profiles="catalog"):
+        data = real(index, execution, profiles)
         if index == 0:
             data["topology"]["nic_gbps"] = -1
         return data

@@ -1,4 +1,5 @@
-"""``python -m volcano_metronome.bench fuzz [--start S] [--count N] [--seeds K] [--execution ...]``: random scenarios.
+"""``python -m volcano_metronome.bench fuzz [--start S] [--count N] [--seeds K] [--execution ...] [--profiles ...]``:
+random scenarios.
 
 A crash hunt and a do-no-harm check on scenarios nobody chose. Scenario ``i`` is drawn by
 ``random.Random(i)`` alone (``scenario(i)``), in the ordinary scenario format (a ``generate:``
@@ -9,6 +10,10 @@ asks where the offsets pay on a grid chosen beforehand; this asks what breaks, o
 one looked. A hand-run prototype of this generator found three bugs: a per-worker rate cap that
 refused a DGX H100 scenario (eight 400 Gbps NICs per node), gangs on links slower than their bursts
 never locking, and alternative racks that opened untouched racks later gangs needed.
+
+With ``--profiles drawn`` the models are not the catalog's: each scenario declares 1 to 4 profiles of its own
+(a ``catalog:`` key, as a user's measured profiles come), drawn from a generator of their own (``drawn_profiles``),
+so every other draw stays the scenario's.
 
 With ``--floor`` every scenario also runs ``volcano-topology`` against itself with one job one
 iteration longer (``sim.floor``): how often one seed leaves the 0.5 % band by chance, to read the
@@ -51,6 +56,8 @@ from volcano_metronome.sim.workload import offered_load, parse_sim
 MODEL_NAMES: tuple[str, ...] = tuple(e.name for e in (*MODELS, *ALL_TO_ALL_MODELS))
 
 EXECUTIONS = ("any", "steady", "noisy")
+#: Where the models come from: the built-in catalog, or profiles each scenario declares (``drawn_profiles``).
+PROFILES = ("catalog", "drawn")
 QUICK_SCENARIOS, QUICK_COUNT, QUICK_ITERATIONS = 2, 8, [20, 50]
 DEFAULT_COUNT = 20
 #: Where metronome's average JCT comes from, per seed: its own placements against Volcano's binpack, the
@@ -66,15 +73,18 @@ BAND = floor.BAND
 _VT_BOUND = next(bound for name, figure, bound in NO_HARM if (name, figure) == ("volcano-topology", "avg_jct_s"))
 
 
-def scenario(index: int, execution: str = "any") -> dict[str, Any]:
-    """Scenario ``index``: the mapping ``simulate`` reads, a pure function of ``index`` (and ``execution``).
+def scenario(index: int, execution: str = "any", profiles: str = "catalog") -> dict[str, Any]:
+    """Scenario ``index``: the mapping ``simulate`` reads, a pure function of ``index`` (and ``execution``, ``profiles``).
 
     Every draw comes from ``random.Random(index)``, in the same order whatever ``execution`` is, so
     the topology, mix, shapes and arrivals of a scenario are the same under ``any``, ``steady`` and
-    ``noisy``; only the execution block differs (``_execution``).
+    ``noisy``; only the execution block differs (``_execution``). ``profiles="drawn"`` replaces the mix
+    with profiles of the scenario's own (``drawn_profiles``) and changes nothing else.
     """
     if execution not in EXECUTIONS:
         raise ValueError(f"execution: got {execution!r}, expected one of {', '.join(EXECUTIONS)}")
+    if profiles not in PROFILES:
+        raise ValueError(f"profiles: got {profiles!r}, expected one of {', '.join(PROFILES)}")
     rng = random.Random(index)
     racks, npr, gpn = rng.choice([2, 4, 8]), rng.choice([2, 4, 8]), rng.choice([4, 8, 8])
     nic = rng.choice([25, 50, 100, 200, 400])
@@ -111,7 +121,39 @@ def scenario(index: int, execution: str = "any") -> dict[str, Any]:
                      "priorities": priorities}}
     if block:
         data["execution"] = block
+    if profiles == "drawn":
+        data["name"] += "-drawn"
+        own = random.Random(f"fuzz-profiles-{index}")  # not ``rng``: the other draws stay the catalog's
+        data["catalog"] = drawn_profiles(own)
+        data["generate"]["mix"] = {name: own.randint(1, 3) for name in data["catalog"]}
     return data
+
+
+def drawn_profiles(rng: random.Random) -> dict[str, dict[str, Any]]:
+    """1 to 4 catalog entries in the user format, named ``drawn-K``: a period of 40 to 1,600 ms and 1 to 3
+    windows in order inside it, each 5 to 45 % of the period left after its start at 0.1 to 1 of the
+    line rate; jitter, the reference NIC and the collective drawn too. Not models: shapes no catalog
+    entry has (several bursts an iteration, a burst of most of the period, a short period), to find what
+    the built-in models never ask of the scheduler."""
+    entries = {}
+    for k in range(rng.randint(1, 4)):
+        period = rng.choice([40, 80, 120, 200, 250, 333, 500, 750, 1000, 1600])
+        windows = []
+        # In tenths of a millisecond, so that the file's rounded figures are the ones laid out (no overlap).
+        start = round(rng.uniform(1, 5) * period)
+        for _ in range(rng.choice([1, 1, 2, 3])):
+            room = 10 * period - start
+            if room <= 20:
+                break
+            length = max(10, round(rng.uniform(0.05, 0.45) * room))
+            windows.append({"start_ms": start / 10, "len_ms": length / 10,
+                            "fraction": rng.choice([0.1, 0.3, 0.5, 0.8, 1.0])})
+            start += length + round(rng.uniform(0, 0.2) * (room - length))
+        entries[f"drawn-{k}"] = {"period_ms": period, "windows": windows, "jitter_ms": rng.choice([0, 0, 1, 5, 20]),
+                                 "reference_gbps": rng.choice([50, 100, 100, 200]),
+                                 "collective": rng.choice(["ring", "ring", "all-to-all"]),
+                                 "derivation": "drawn by bench fuzz --profiles drawn: a shape, not a model"}
+    return entries
 
 
 def _execution(rng: random.Random, index: int, execution: str) -> dict[str, Any]:
@@ -177,7 +219,7 @@ def execution_summary(block: Mapping[str, Any] | None) -> str:
 
 
 def run_one(index: int, seeds: int, execution: str = "any", small: bool = False,
-            with_floor: bool = False) -> dict[str, Any]:
+            with_floor: bool = False, profiles: str = "catalog") -> dict[str, Any]:
     """Generate, parse and simulate scenario ``index``: its row, or a crash record (never raises).
 
     ``with_floor``: the row also carries ``volcano-topology`` against itself, one job one iteration
@@ -186,7 +228,7 @@ def run_one(index: int, seeds: int, execution: str = "any", small: bool = False,
     data: dict[str, Any] | None = None
     stage = "generate"
     try:
-        data = scenario(index, execution)
+        data = scenario(index, execution, profiles)
         if small:
             data = quick(data)
         stage = "parse"  # a refusal here is the generator's bug: it wrote a scenario the format rejects
@@ -360,19 +402,20 @@ def table(rows: Sequence[Mapping[str, Any]], crashes: Sequence[Mapping[str, Any]
 
 
 def run(indices: Sequence[int], seeds: int, execution: str = "any", small: bool = False,
-        say: bool = True, with_floor: bool = False) -> dict[str, Any]:
+        say: bool = True, with_floor: bool = False, profiles: str = "catalog") -> dict[str, Any]:
     """Run every scenario of ``indices``; the JSON document."""
     rows: list[dict[str, Any]] = []
     crashes: list[dict[str, Any]] = []
     for n, index in enumerate(indices):
-        entry = run_one(index, seeds, execution, small, with_floor)
+        entry = run_one(index, seeds, execution, small, with_floor, profiles)
         (crashes if "error" in entry else rows).append(entry)
         if say:
             what = f"CRASH {entry['error'][:120]}" if "error" in entry else "ok"
             print(f"[{n + 1}/{len(indices)}] {entry['scenario']}: {what}, {entry['cpu_s']} s of CPU",
                   file=sys.stderr, flush=True)
     return {"run": {"indices": list(indices), "seeds": seeds, "execution": execution, "quick": small,
-                    "floor": with_floor, "policies": list(POLICIES), "models": list(MODEL_NAMES)},
+                    "floor": with_floor, "profiles": profiles, "policies": list(POLICIES),
+                    "models": list(MODEL_NAMES)},
             "scenarios": rows, "crashes": crashes, "summary": summary(rows, crashes)}
 
 
@@ -387,6 +430,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--execution", choices=EXECUTIONS, default="any",
                         help="any (the drawn execution block, none in about one scenario of seven), steady (no block) or "
                              "noisy (always a block with noise); the other draws are the same under all three")
+    parser.add_argument("--profiles", choices=PROFILES, default="catalog",
+                        help="catalog (the built-in models) or drawn (1 to 4 profiles of each scenario's own, in its "
+                             "catalog: key; the other draws unchanged)")
     parser.add_argument("--quick", action="store_true",
                         help=f"a test: {QUICK_SCENARIOS} scenarios of {QUICK_COUNT} jobs of {QUICK_ITERATIONS[0]} "
                              f"to {QUICK_ITERATIONS[1]} iterations")
@@ -408,10 +454,10 @@ def main(argv: list[str] | None = None) -> int:
         folder = pathlib.Path(args.write)
         folder.mkdir(parents=True, exist_ok=True)
         for index in indices:
-            data = scenario(index, args.execution)
+            data = scenario(index, args.execution, args.profiles)
             (folder / f"fuzz-{index}.yaml").write_text(scenario_yaml(quick(data) if args.quick else data),
                                                        encoding="utf-8")
-    doc = run(indices, args.seeds, args.execution, args.quick, with_floor=args.floor)
+    doc = run(indices, args.seeds, args.execution, args.quick, with_floor=args.floor, profiles=args.profiles)
     text = table(doc["scenarios"], doc["crashes"], doc["summary"])
     if args.json:
         print(json.dumps(doc, indent=2))
