@@ -101,6 +101,25 @@ def test_drawn_profiles_change_the_models_and_nothing_else():
         fuzz.scenario(0, profiles="measured")
 
 
+def test_a_flat_fabric_is_the_same_nodes_as_one_rack_and_nothing_else():
+    catalog = builtin()
+    for i in range(100):
+        ours, theirs = fuzz.scenario(i), fuzz.scenario(i, fabric="flat")
+        assert theirs["name"] == f"fuzz-{i}-flat"
+        racked, one = ours["topology"], theirs["topology"]
+        assert one["racks"] == 1 and "uplink_gbps" not in one
+        assert one["nodes_per_rack"] == racked["racks"] * racked["nodes_per_rack"]
+        assert {**one, "racks": None, "nodes_per_rack": None} == {
+            **{k: v for k, v in racked.items() if k != "uplink_gbps"}, "racks": None, "nodes_per_rack": None}
+        assert {**theirs, "name": None, "topology": None} == {**ours, "name": None, "topology": None}
+        assert fuzz.topology_summary(one).split()[2] == "flat"
+        for execution in fuzz.EXECUTIONS:
+            sim = parse_sim(fuzz.scenario(i, execution, "drawn", "flat"), catalog)
+            assert sim.scenario.topology.racks == 1
+    with pytest.raises(ValueError, match="fabric: got 'torus', expected one of racks, flat"):
+        fuzz.scenario(0, fabric="torus")
+
+
 def quick_run(*extra: str) -> tuple[int, dict, str]:
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
@@ -151,20 +170,24 @@ def test_quick_gives_the_json_and_the_table(tmp_path):
         assert mine["ratios"][key] == report["targets"][key]["value"]
 
 
-def test_drawn_profiles_run_as_simulate_runs_the_file_written(tmp_path):
-    code, doc, _ = quick_run("--profiles", "drawn", "--start", "5", "--count", "1", "--write", str(tmp_path))
-    assert code == 0 and doc["run"]["profiles"] == "drawn"
+@pytest.mark.parametrize(("profiles", "fabric", "name"), [
+    ("drawn", "racks", "fuzz-5-drawn-quick"), ("catalog", "flat", "fuzz-5-flat-quick")])
+def test_the_variants_run_as_simulate_runs_the_file_written(tmp_path, profiles, fabric, name):
+    code, doc, _ = quick_run("--profiles", profiles, "--fabric", fabric, "--start", "5", "--count", "1",
+                             "--write", str(tmp_path))
+    assert code == 0 and (doc["run"]["profiles"], doc["run"]["fabric"]) == (profiles, fabric)
     [r] = doc["scenarios"]
-    assert r["scenario"] == "fuzz-5-drawn-quick" and all(m.startswith("drawn-") for m in r["models"])
+    assert r["scenario"] == name
     written = yaml.safe_load((tmp_path / "fuzz-5.yaml").read_text())
-    assert written == fuzz.quick(fuzz.scenario(5, profiles="drawn")) and written["catalog"]
+    assert written == fuzz.quick(fuzz.scenario(5, profiles=profiles, fabric=fabric))
+    assert ("catalog" in written) == (profiles == "drawn") and (written["topology"]["racks"] == 1) == (fabric == "flat")
     report_path = tmp_path / "report.json"
     with contextlib.redirect_stdout(io.StringIO()):
         assert cli_main(["simulate", str(tmp_path / "fuzz-5.yaml"), "--policies", ",".join(regimes.POLICIES),
                          "--json", str(report_path), "--quiet"]) == 0
     report = json.loads(report_path.read_text())
-    for name, figures in r["policies"].items():
-        assert figures == {k: report["policies"][name][k] for k in figures}, name
+    for policy, figures in r["policies"].items():
+        assert figures == {k: report["policies"][policy][k] for k in figures}, policy
 
 
 def test_attribution_says_whether_the_placements_or_the_offsets_moved_the_jct():
@@ -259,8 +282,8 @@ def test_a_crash_is_recorded_the_run_goes_on_and_the_exit_code_is_1(monkeypatch)
 def test_a_scenario_the_parser_refuses_is_a_crash_of_the_generator(monkeypatch):
     real = fuzz.scenario
 
-    def scenario(index, execution="any", profiles="catalog"):
-        data = real(index, execution, profiles)
+    def scenario(index, execution="any", profiles="catalog", fabric="racks"):
+        data = real(index, execution, profiles, fabric)
         if index == 0:
             data["topology"]["nic_gbps"] = -1
         return data

@@ -1,5 +1,5 @@
-"""``python -m volcano_metronome.bench fuzz [--start S] [--count N] [--seeds K] [--execution ...] [--profiles ...]``:
-random scenarios.
+"""``python -m volcano_metronome.bench fuzz [--start S] [--count N] [--seeds K] [--execution ...] [--profiles ...]
+[--fabric ...]``: random scenarios.
 
 A crash hunt and a do-no-harm check on scenarios nobody chose. Scenario ``i`` is drawn by
 ``random.Random(i)`` alone (``scenario(i)``), in the ordinary scenario format (a ``generate:``
@@ -13,7 +13,8 @@ never locking, and alternative racks that opened untouched racks later gangs nee
 
 With ``--profiles drawn`` the models are not the catalog's: each scenario declares 1 to 4 profiles of its own
 (a ``catalog:`` key, as a user's measured profiles come), drawn from a generator of their own (``drawn_profiles``),
-so every other draw stays the scenario's.
+so every other draw stays the scenario's. With ``--fabric flat`` the cluster is one rack of all its nodes, as
+the controller sees nodes with no rack label (``flat``).
 
 With ``--floor`` every scenario also runs ``volcano-topology`` against itself with one job one
 iteration longer (``sim.floor``): how often one seed leaves the 0.5 % band by chance, to read the
@@ -58,6 +59,8 @@ MODEL_NAMES: tuple[str, ...] = tuple(e.name for e in (*MODELS, *ALL_TO_ALL_MODEL
 EXECUTIONS = ("any", "steady", "noisy")
 #: Where the models come from: the built-in catalog, or profiles each scenario declares (``drawn_profiles``).
 PROFILES = ("catalog", "drawn")
+#: The cluster's tiers: racks behind oversubscribed uplinks, or one flat rack of the same nodes (``flat``).
+FABRICS = ("racks", "flat")
 QUICK_SCENARIOS, QUICK_COUNT, QUICK_ITERATIONS = 2, 8, [20, 50]
 DEFAULT_COUNT = 20
 #: Where metronome's average JCT comes from, per seed: its own placements against Volcano's binpack, the
@@ -73,18 +76,21 @@ BAND = floor.BAND
 _VT_BOUND = next(bound for name, figure, bound in NO_HARM if (name, figure) == ("volcano-topology", "avg_jct_s"))
 
 
-def scenario(index: int, execution: str = "any", profiles: str = "catalog") -> dict[str, Any]:
-    """Scenario ``index``: the mapping ``simulate`` reads, a pure function of ``index`` (and ``execution``, ``profiles``).
+def scenario(index: int, execution: str = "any", profiles: str = "catalog", fabric: str = "racks") -> dict[str, Any]:
+    """Scenario ``index``: the mapping ``simulate`` reads, a pure function of ``index`` (and the three variants).
 
     Every draw comes from ``random.Random(index)``, in the same order whatever ``execution`` is, so
     the topology, mix, shapes and arrivals of a scenario are the same under ``any``, ``steady`` and
     ``noisy``; only the execution block differs (``_execution``). ``profiles="drawn"`` replaces the mix
-    with profiles of the scenario's own (``drawn_profiles``) and changes nothing else.
+    with profiles of the scenario's own (``drawn_profiles``), and ``fabric="flat"`` the racks with one rack
+    (``flat``); neither changes anything else.
     """
     if execution not in EXECUTIONS:
         raise ValueError(f"execution: got {execution!r}, expected one of {', '.join(EXECUTIONS)}")
     if profiles not in PROFILES:
         raise ValueError(f"profiles: got {profiles!r}, expected one of {', '.join(PROFILES)}")
+    if fabric not in FABRICS:
+        raise ValueError(f"fabric: got {fabric!r}, expected one of {', '.join(FABRICS)}")
     rng = random.Random(index)
     racks, npr, gpn = rng.choice([2, 4, 8]), rng.choice([2, 4, 8]), rng.choice([4, 8, 8])
     nic = rng.choice([25, 50, 100, 200, 400])
@@ -126,7 +132,18 @@ def scenario(index: int, execution: str = "any", profiles: str = "catalog") -> d
         own = random.Random(f"fuzz-profiles-{index}")  # not ``rng``: the other draws stay the catalog's
         data["catalog"] = drawn_profiles(own)
         data["generate"]["mix"] = {name: own.randint(1, 3) for name in data["catalog"]}
+    if fabric == "flat":
+        data["name"] += "-flat"
+        data["topology"] = flat(topology)
     return data
+
+
+def flat(topology: Mapping[str, Any]) -> dict[str, Any]:
+    """The same nodes as one rack: no uplink, so every gang meets only NICs (a cluster whose nodes carry no rack
+    label, as the controller sees it; ``sanity-2jobs`` and the ``half-nodes`` examples are flat)."""
+    out = {k: v for k, v in topology.items() if k != "uplink_gbps"}
+    out.update(racks=1, nodes_per_rack=topology["racks"] * topology["nodes_per_rack"])
+    return out
 
 
 def drawn_profiles(rng: random.Random) -> dict[str, dict[str, Any]]:
@@ -196,11 +213,14 @@ def scenario_yaml(data: Mapping[str, Any]) -> str:
 
 
 def topology_summary(topology: Mapping[str, Any]) -> str:
-    """``racks x nodes x GPUs``, NIC speed (x NICs per node), uplink oversubscription, named GPU at MFU."""
+    """``racks x nodes x GPUs``, NIC speed (x NICs per node), uplink oversubscription (or flat), named GPU at MFU."""
     nics = topology.get("nics_per_node", 1)
-    over = topology["nic_gbps"] * nics * topology["nodes_per_rack"] / topology["uplink_gbps"]
+    if "uplink_gbps" in topology:
+        over = f"{topology['nic_gbps'] * nics * topology['nodes_per_rack'] / topology['uplink_gbps']:g}:1"
+    else:
+        over = "flat"
     text = (f"{topology['racks']}x{topology['nodes_per_rack']}x{topology['gpus_per_node']} {topology['nic_gbps']}G"
-            + (f"x{nics}" if nics > 1 else "") + f" {over:g}:1")
+            + (f"x{nics}" if nics > 1 else "") + f" {over}")
     return text + (f" {topology['gpu']}@{topology['mfu']:g}" if "gpu" in topology else "")
 
 
@@ -219,7 +239,7 @@ def execution_summary(block: Mapping[str, Any] | None) -> str:
 
 
 def run_one(index: int, seeds: int, execution: str = "any", small: bool = False,
-            with_floor: bool = False, profiles: str = "catalog") -> dict[str, Any]:
+            with_floor: bool = False, profiles: str = "catalog", fabric: str = "racks") -> dict[str, Any]:
     """Generate, parse and simulate scenario ``index``: its row, or a crash record (never raises).
 
     ``with_floor``: the row also carries ``volcano-topology`` against itself, one job one iteration
@@ -228,7 +248,7 @@ def run_one(index: int, seeds: int, execution: str = "any", small: bool = False,
     data: dict[str, Any] | None = None
     stage = "generate"
     try:
-        data = scenario(index, execution, profiles)
+        data = scenario(index, execution, profiles, fabric)
         if small:
             data = quick(data)
         stage = "parse"  # a refusal here is the generator's bug: it wrote a scenario the format rejects
@@ -402,19 +422,20 @@ def table(rows: Sequence[Mapping[str, Any]], crashes: Sequence[Mapping[str, Any]
 
 
 def run(indices: Sequence[int], seeds: int, execution: str = "any", small: bool = False,
-        say: bool = True, with_floor: bool = False, profiles: str = "catalog") -> dict[str, Any]:
+        say: bool = True, with_floor: bool = False, profiles: str = "catalog",
+        fabric: str = "racks") -> dict[str, Any]:
     """Run every scenario of ``indices``; the JSON document."""
     rows: list[dict[str, Any]] = []
     crashes: list[dict[str, Any]] = []
     for n, index in enumerate(indices):
-        entry = run_one(index, seeds, execution, small, with_floor, profiles)
+        entry = run_one(index, seeds, execution, small, with_floor, profiles, fabric)
         (crashes if "error" in entry else rows).append(entry)
         if say:
             what = f"CRASH {entry['error'][:120]}" if "error" in entry else "ok"
             print(f"[{n + 1}/{len(indices)}] {entry['scenario']}: {what}, {entry['cpu_s']} s of CPU",
                   file=sys.stderr, flush=True)
     return {"run": {"indices": list(indices), "seeds": seeds, "execution": execution, "quick": small,
-                    "floor": with_floor, "profiles": profiles, "policies": list(POLICIES),
+                    "floor": with_floor, "profiles": profiles, "fabric": fabric, "policies": list(POLICIES),
                     "models": list(MODEL_NAMES)},
             "scenarios": rows, "crashes": crashes, "summary": summary(rows, crashes)}
 
@@ -433,6 +454,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profiles", choices=PROFILES, default="catalog",
                         help="catalog (the built-in models) or drawn (1 to 4 profiles of each scenario's own, in its "
                              "catalog: key; the other draws unchanged)")
+    parser.add_argument("--fabric", choices=FABRICS, default="racks",
+                        help="racks (as drawn) or flat (the same nodes as one rack, no uplinks; the other draws "
+                             "unchanged)")
     parser.add_argument("--quick", action="store_true",
                         help=f"a test: {QUICK_SCENARIOS} scenarios of {QUICK_COUNT} jobs of {QUICK_ITERATIONS[0]} "
                              f"to {QUICK_ITERATIONS[1]} iterations")
@@ -454,10 +478,11 @@ def main(argv: list[str] | None = None) -> int:
         folder = pathlib.Path(args.write)
         folder.mkdir(parents=True, exist_ok=True)
         for index in indices:
-            data = scenario(index, args.execution, args.profiles)
+            data = scenario(index, args.execution, args.profiles, args.fabric)
             (folder / f"fuzz-{index}.yaml").write_text(scenario_yaml(quick(data) if args.quick else data),
                                                        encoding="utf-8")
-    doc = run(indices, args.seeds, args.execution, args.quick, with_floor=args.floor, profiles=args.profiles)
+    doc = run(indices, args.seeds, args.execution, args.quick, with_floor=args.floor, profiles=args.profiles,
+              fabric=args.fabric)
     text = table(doc["scenarios"], doc["crashes"], doc["summary"])
     if args.json:
         print(json.dumps(doc, indent=2))
