@@ -85,12 +85,10 @@ def scenario(index: int, execution: str = "any", profiles: str = "catalog", fabr
     with profiles of the scenario's own (``drawn_profiles``), and ``fabric="flat"`` the racks with one rack
     (``flat``); neither changes anything else.
     """
-    if execution not in EXECUTIONS:
-        raise ValueError(f"execution: got {execution!r}, expected one of {', '.join(EXECUTIONS)}")
-    if profiles not in PROFILES:
-        raise ValueError(f"profiles: got {profiles!r}, expected one of {', '.join(PROFILES)}")
-    if fabric not in FABRICS:
-        raise ValueError(f"fabric: got {fabric!r}, expected one of {', '.join(FABRICS)}")
+    for name, value, choices in (("execution", execution, EXECUTIONS), ("profiles", profiles, PROFILES),
+                                 ("fabric", fabric, FABRICS)):
+        if value not in choices:
+            raise ValueError(f"{name}: got {value!r}, expected one of {', '.join(choices)}")
     rng = random.Random(index)
     racks, npr, gpn = rng.choice([2, 4, 8]), rng.choice([2, 4, 8]), rng.choice([4, 8, 8])
     nic = rng.choice([25, 50, 100, 200, 400])
@@ -428,7 +426,7 @@ def run(indices: Sequence[int], seeds: int, execution: str = "any", small: bool 
     rows: list[dict[str, Any]] = []
     crashes: list[dict[str, Any]] = []
     for n, index in enumerate(indices):
-        entry = run_one(index, seeds, execution, small, with_floor, profiles, fabric)
+        entry = run_one(index, seeds, execution, small, with_floor=with_floor, profiles=profiles, fabric=fabric)
         (crashes if "error" in entry else rows).append(entry)
         if say:
             what = f"CRASH {entry['error'][:120]}" if "error" in entry else "ok"
