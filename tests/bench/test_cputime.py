@@ -1,4 +1,4 @@
-"""The service benchmarks bill a server's CPU with its workers': the /proc walk over a process tree."""
+"""The service benchmarks bill a server's CPU with its workers' (the /proc walk over a process tree) and their own."""
 
 from __future__ import annotations
 
@@ -42,3 +42,11 @@ def test_a_process_that_is_gone_counts_nothing():
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone.wait()
     assert cputime.process_tree(gone.pid) == 0.0
+
+
+def test_own_counts_the_time_this_process_burns() -> None:
+    before = cputime.own()
+    deadline = time.process_time() + 0.3
+    while time.process_time() < deadline:
+        pass
+    assert cputime.own() - before >= 0.25

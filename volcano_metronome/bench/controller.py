@@ -227,9 +227,8 @@ class Controller:
 
     def cpu(self, server_pids: dict[str, int]) -> dict[str, float]:
         """CPU seconds used so far by the controller, the benchmark itself and the servers (if ours)."""
-        own = os.times()  # this process alone: the controller and the servers it started are billed apart
         out = {"controller": cputime.process_tree(self.proc.pid) if self.proc is not None else 0.0,
-               "benchmark": own.user + own.system}
+               "benchmark": cputime.own()}  # not its tree: the controller and the servers are its children
         out.update({name: cputime.process_tree(pid) for name, pid in server_pids.items()})
         return out
 

@@ -1,9 +1,15 @@
-"""CPU time of a process and its descendants, read from Linux /proc (what the service benchmarks bill)."""
+"""CPU time the service benchmarks bill: a process and its descendants (Linux /proc), or this process alone."""
 
 from __future__ import annotations
 
 import os
 import pathlib
+
+
+def own() -> float:
+    """User + system CPU seconds so far of this process alone (its children are billed apart)."""
+    times = os.times()
+    return times.user + times.system
 
 
 def process_tree(pid: int) -> float:

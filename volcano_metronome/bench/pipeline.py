@@ -357,8 +357,7 @@ def _controller_cycles(stack: Stack) -> tuple[float, float]:
 def _cpu(stack: Stack) -> dict[str, float]:
     """CPU seconds so far of every process of the stack (children included: gunicorn's workers) and of this one."""
     seconds = {name: cputime.process_tree(record.pid) for name, record in stack.records().items()}
-    own = os.times()
-    seconds["bench"] = own.user + own.system
+    seconds["bench"] = cputime.own()
     return seconds
 
 

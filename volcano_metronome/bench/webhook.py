@@ -266,7 +266,7 @@ def _generate(port: int, ca_pem: bytes, rps: float, total_connections: int, firs
     start.wait()
     t0 = t0_value.value
     measured_from, until = t0 + warmup, t0 + warmup + seconds
-    cpu_before = os.times()
+    cpu_before = cputime.own()
 
     def run(slot: int) -> None:
         index = first_connection + slot
@@ -309,13 +309,13 @@ def _generate(port: int, ca_pem: bytes, rps: float, total_connections: int, firs
         thread.start()
     for thread in threads:
         thread.join()
-    cpu_after = os.times()
+    cpu_after = cputime.own()
     last = time.monotonic()
     for tls in sockets:
         if tls is not None:
             tls.close()
     results.put({"latencies": [x for slot in latencies for x in slot], "errors": sum(errors), "sent": sum(sent),
-                 "cpu_s": (cpu_after.user - cpu_before.user) + (cpu_after.system - cpu_before.system),
+                 "cpu_s": cpu_after - cpu_before,
                  "finished": last})
 
 
