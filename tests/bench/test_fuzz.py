@@ -140,7 +140,8 @@ def test_quick_gives_the_json_and_the_table(tmp_path):
             r["policies"]["metronome"]["avg_jct_s"] / r["policies"]["volcano-topology"]["avg_jct_s"], abs=1e-4)
         assert r["volcano_topology_contention_excess"] == r["policies"]["volcano-topology"]["contention_excess"]
         assert r["jobs"] == fuzz.QUICK_COUNT and isinstance(r["placed_locked"], int) and r["cpu_s"] >= 0
-        assert isinstance(r["held_gangs"], int)
+        assert isinstance(r["held_gangs"], int) and isinstance(r["holds_overtaken"], int)
+        assert r["holds_overtaken"] == 0 or r["held_gangs"] >= 1
         assert r["scenario"] == f"fuzz-{r['index']}-quick"
         # One seed: each attribution ratio is the row's own figures divided.
         for name, (ours, theirs) in fuzz.ATTRIBUTION.items():

@@ -9,6 +9,8 @@ at the NIC's 100 Gbps for 180 ms of every 200: sharing it, they collide at every
 
 from __future__ import annotations
 
+import pytest
+
 from tests.controller import builders as b
 from tests.controller.fake import FakeApi
 from volcano_metronome import kube
@@ -22,11 +24,12 @@ from volcano_metronome.shapes.times import format_time
 NS = "hold"
 NOW = 1_700_000_000.0
 PROFILE = {"period_ms": 200.0, "windows": [{"start_ms": 10, "len_ms": 180, "gbps": 100}], "jitter_ms": 0}
+LIGHT = {"period_ms": 200.0, "windows": [{"start_ms": 10, "len_ms": 10, "gbps": 10}], "jitter_ms": 0}
 
 
-def add_gang(f: FakeApi, name: str, profile: dict = PROFILE, gpus: int = 4) -> None:
+def add_gang(f: FakeApi, name: str, profile: dict = PROFILE, gpus: int = 4, priority: int | None = None) -> None:
     f.put(kube.PODGROUPS, b.podgroup(NS, name, 3, gpus=gpus, profile=profile))
-    for p in b.gang_pods(NS, name, 3, gpus=gpus, profile=profile):
+    for p in b.gang_pods(NS, name, 3, gpus=gpus, profile=profile, priority=priority):
         f.put(kube.PODS, p)
 
 
@@ -137,13 +140,39 @@ def test_a_held_gang_keeps_its_first_hold_while_it_does_not_fit() -> None:
     f, now, ctl = second_held()
     (uid,) = ctl.held
     # A light third gang takes every free GPU: the held one no longer fits, and keeps its hold's start.
-    add_gang(f, "light", {"period_ms": 200.0, "windows": [{"start_ms": 10, "len_ms": 10, "gbps": 10}], "jitter_ms": 0})
+    add_gang(f, "light", LIGHT)
     now[0] = NOW + 10.0
     ctl.cycle()
     assert claimed_nodes(f, "light")
     decided = ctl.think().decided
     assert decided.results[uid].reason.startswith("insufficient GPUs") and ctl.held == {uid: NOW + 1.0}
     assert decided.hold_until is None  # nothing to wake for: it waits for room, like any gang
+
+
+@pytest.mark.parametrize("light_priority, overtaken", [(0, True), (10, False)])
+def test_a_lower_priority_that_takes_a_held_gangs_room_is_announced(light_priority: int, overtaken: bool) -> None:
+    """As above, with the held gang of priority 10: the light gang takes the GPUs it waits for. Of a lower
+    priority, that is announced on the held gang (a Warning Event naming it) and counted; of the same, not."""
+    f, now, ctl = cluster()
+    add_gang(f, "first")
+    ctl.cycle()
+    now[0] = NOW + 1.0
+    add_gang(f, "second", priority=10)
+    ctl.cycle()
+    (uid,) = ctl.held
+    add_gang(f, "light", LIGHT, priority=light_priority)
+    now[0] = NOW + 10.0
+    ctl.cycle()
+    assert claimed_nodes(f, "light") and not claimed_nodes(f, "second") and ctl.held == {uid: NOW + 1.0}
+    notes = [e["note"] for e in f.events if e["reason"] == "HoldOvertaken"]
+    counted = ctl.metrics.registry.get_sample_value("metronome_controller_holds_overtaken_total")
+    if overtaken:
+        assert len(notes) == 1 and f"{NS}/podgroup-light of priority 0 was placed on GPUs its best node set" in notes[0]
+        assert notes[0].startswith("held back for contention at priority 10")
+        assert [e["type"] for e in f.events if e["reason"] == "HoldOvertaken"] == ["Warning"]
+        assert counted == 1
+    else:
+        assert notes == [] and counted == 0
 
 
 def test_a_held_kueue_workload_keeps_its_quota_pending_not_retry() -> None:

@@ -9,8 +9,8 @@ import pytest
 from tests.core.builders import empty, gang, two_nodes
 from volcano_metronome.core.cycle import commit
 from volcano_metronome.core.decision import Decision, NoFit, decide
-from volcano_metronome.core.holding import HELD, HOLD_COST, collision_share, decide_or_hold, hold
-from volcano_metronome.core.model import Policy
+from volcano_metronome.core.holding import HELD, HOLD_COST, Hold, collision_share, decide_or_hold, hold, passes
+from volcano_metronome.core.model import Gang, Policy
 from volcano_metronome.core.snapshot import Snapshot
 from volcano_metronome.core.topology import leaf_spine
 
@@ -82,6 +82,42 @@ def test_with_no_untouched_rack_the_gang_is_held() -> None:
     held, expected = decide_or_hold(snap, gang("b", gpus=1, start=0.0, length=180.0), POLICY, 0.0), hold(snap, d, POLICY, 0.0)
     assert isinstance(held, NoFit) and expected is not None and held.reason == expected.reason
     assert isinstance(decide_or_hold(snap, gang("b", gpus=1, start=0.0, length=180.0), POLICY, 60.0), Decision)
+
+
+def held_on_seven_gpu_nodes(priority: int) -> tuple[Snapshot, list[tuple[Gang, Hold]]]:
+    """Twins a and b on two nodes of 7 GPUs: a takes 4 on each; b (``priority``, members of 2 GPUs) can only go
+    one to a node, and is held, its best node set both nodes."""
+    snap = empty(two_nodes(), 7)
+    a = gang("a", gpus=4, start=0.0, length=180.0)
+    first = decide(snap, a, POLICY)
+    assert isinstance(first, Decision)
+    commit(snap, a, first)
+    b = gang("b", gpus=2, start=0.0, length=180.0, priority=priority)
+    why = decide_or_hold(snap, b, POLICY, 0.0)
+    assert isinstance(why, Hold) and sorted(why.best.nodes) == sorted(snap.topology.nodes)
+    return snap, [(b, why)]
+
+
+@pytest.mark.parametrize("gpus, priority, passed", [
+    (2, 0, True),  # lower priority, leaves the node 1 GPU where b's member needs 2
+    (1, 0, False),  # lower priority, leaves the 2 GPUs b's member needs
+    (2, 5, False),  # the same priority: the queue's order stands
+    (2, 9, False),  # higher priority
+])
+def test_a_lower_priority_passes_a_held_gang_only_where_it_takes_the_room_the_held_gang_needs(
+        gpus: int, priority: int, passed: bool) -> None:
+    snap, held = held_on_seven_gpu_nodes(priority=5)
+    later = gang("d", size=1, gpus=gpus, priority=priority, start=0.0, length=10.0)
+    d = decide(snap, later, POLICY)
+    assert isinstance(d, Decision) and len(d.nodes) == 1
+    assert passes(snap, held, later, d) == (held[0] if passed else None)
+
+
+def test_a_hold_is_a_no_fit_that_keeps_the_decision_it_was_held_from() -> None:
+    snap, [(b, why)] = held_on_seven_gpu_nodes(priority=0)
+    assert isinstance(why, NoFit) and why.reason.startswith(HELD)
+    assert why.best.uid == "b" and not why.best.locked
+    assert collision_share(snap, why.best) >= HOLD_COST
 
 
 @pytest.mark.parametrize("value", [-1.0, 3600.5, float("nan"), True])

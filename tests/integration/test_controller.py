@@ -318,10 +318,11 @@ def lock_queue(cluster: Cluster) -> Iterator[str]:
         pass
 
 
-def lock_gang(cluster: Cluster, ns: str, name: str, queue: str, profile: dict | None = None) -> None:
+def lock_gang(cluster: Cluster, ns: str, name: str, queue: str, profile: dict | None = None,
+              priority_class: str | None = None) -> None:
     cluster.k.create(kube.PODGROUPS, b.podgroup(ns, name, LOCK_MEMBERS, queue=queue, gpus=LOCK_GPUS,
                                                 profile=profile), ns)
-    for p in b.gang_pods(ns, name, LOCK_MEMBERS, gpus=LOCK_GPUS, profile=profile):
+    for p in b.gang_pods(ns, name, LOCK_MEMBERS, gpus=LOCK_GPUS, profile=profile, priority_class=priority_class):
         cluster.k.create(kube.PODS, p, ns)
 
 
@@ -637,5 +638,34 @@ def test_a_held_gang_keeps_its_hold_across_a_leader_change(
         assert decided_at is not None and "heldSince" not in status
         # Not before its hold ran out, and soon after: counted from the new leader's first cycle it would end 8 s later.
         assert held_since + HOLD_S - 1 <= decided_at <= held_since + HOLD_S + 4, (held_since, decided_at)
+    finally:
+        cluster.k.delete(kube.QUEUE_POLICIES, None, policy)
+
+
+def test_a_lower_priority_that_takes_a_held_gangs_room_is_announced(
+        cluster: Cluster, tmp_path: pathlib.Path, controllers: list[ControllerProcess]) -> None:
+    """Gang b (priority 1000) is held beside a; gang c (priority 10, light bursts) then takes the GPUs b waits for.
+    b's PodGroup gets a Warning Event HoldOvertaken naming c, written to the API server like every Event."""
+    queue, policy = f"q-{cluster.tag}", f"overtaken-{cluster.tag}"
+    cluster.k.create(kube.QUEUE_POLICIES, b.queue_policy(policy, volcanoQueues=[queue], maxHoldSeconds=600))
+    try:
+        cluster.nodes(3)
+        ns = cluster.namespace()
+        ctl = start_controller(cluster, tmp_path, controllers, ns)
+        high, low = cluster.priority_class(1000), cluster.priority_class(10)
+        lock_gang(cluster, ns, "a", queue, COLLIDING)
+        wait_until(lambda: claim_status(cluster, ns, "a").get("nodes"), 60, lambda: f"gang a placed\n{ctl.logs()}")
+        lock_gang(cluster, ns, "b", queue, COLLIDING, priority_class=high)
+        wait_until(lambda: claim_status(cluster, ns, "b").get("heldSince"), 60, lambda: f"gang b held\n{ctl.logs()}")
+        light = {"period_ms": 200.0, "windows": [{"start_ms": 10, "len_ms": 10, "gbps": 10}], "jitter_ms": 0}
+        lock_gang(cluster, ns, "c", queue, light, priority_class=low)
+        wait_until(lambda: claim_status(cluster, ns, "c").get("nodes"), 60, lambda: f"gang c placed\n{ctl.logs()}")
+        events = wait_until(lambda: [e for e in cluster.k.list(kube.EVENTS, ns)["items"]
+                                     if e["reason"] == "HoldOvertaken"], 30, lambda: f"the Event\n{ctl.logs()}")
+        [event] = events
+        assert event["regarding"]["kind"] == "PodGroup" and event["regarding"]["name"] == "b"
+        assert event["type"] == "Warning" and f"{ns}/podgroup-c of priority 10 was placed" in event["note"]
+        assert event["note"].startswith("held back for contention at priority 1000")
+        assert not claim_status(cluster, ns, "b").get("nodes")  # still held: a lower priority passing never places it
     finally:
         cluster.k.delete(kube.QUEUE_POLICIES, None, policy)

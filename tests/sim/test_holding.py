@@ -22,12 +22,13 @@ BUSY = Profile(1000.0, (Window(50.0, 900.0, 20.0),), 0.0)
 QUIET = Profile(1000.0, (Window(50.0, 10.0, 1.0),), 0.0)
 
 
-def scenario(c_iterations: int = 10) -> SimScenario:
+def scenario(c_iterations: int = 10, b_priority: int = 0, more: tuple[dict, ...] = ()) -> SimScenario:
     jobs = [{"name": "a", "workers": 2, "gpus_per_worker": 6, "iterations": 300, "profile": BUSY.to_dict()},
             {"name": "b", "arrival_s": 2.3, "workers": 2, "gpus_per_worker": 2, "iterations": 60,
-             "profile": BUSY.to_dict()}]
+             "priority": b_priority, "profile": BUSY.to_dict()}]
     jobs.append({"name": "c", "workers": 1, "gpus_per_worker": 8, "iterations": c_iterations,
                  "profile": QUIET.to_dict()})
+    jobs.extend(more)
     return parse_sim({"name": "hold", "topology": {"racks": 1, "nodes_per_rack": 3, "gpus_per_node": 8,
                                                    "nic_gbps": 20, "uplink_gbps": 100}, "jobs": jobs})
 
@@ -73,3 +74,17 @@ def test_a_scenario_sets_the_bound_under_policy() -> None:
     assert parse_sim({**data, "policy": {"max_hold_s": 0}}).scenario.policy.max_hold_s == 0.0
     with pytest.raises(InvalidInput, match=r"policy.max_hold_s: got 4000, expected a number in \[0, 3600\]"):
         parse_sim({**data, "policy": {"max_hold_s": 4000}})
+
+
+@pytest.mark.parametrize("d_priority, overtaken", [(0, 1), (10, 0)])
+def test_a_lower_priority_that_takes_a_held_gangs_room_is_counted(d_priority: int, overtaken: int) -> None:
+    """``b`` (priority 10) is held from 2.3 s; ``d`` (one quiet worker of 2 GPUs) arrives at 3 s, and the only
+    room left is b's, on a's nodes: d takes it either way (as behind any gang that does not fit), and b waits for
+    c's node. Of lower priority, that is counted (the controller announces it)."""
+    sim = scenario(b_priority=10, more=({"name": "d", "arrival_s": 3.0, "workers": 1, "gpus_per_worker": 2,
+                                         "iterations": 10, "priority": d_priority, "profile": QUIET.to_dict()},))
+    policy = make("metronome", Context(sim.scenario, sim.scenario.topology.build(), 0))
+    jobs = {j.spec.name: j for j in Engine(sim, sim.jobs(0), policy).run().jobs}
+    assert jobs["d"].start_s == pytest.approx(3.0) and jobs["d"].nodes.tolist() in ([0], [1])
+    assert jobs["b"].start_s == pytest.approx(jobs["c"].end_s) and jobs["b"].nodes.tolist() == [2]
+    assert policy.stats.extra["held_gangs"] == 1 and policy.stats.extra["holds_overtaken"] == overtaken

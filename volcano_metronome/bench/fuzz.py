@@ -312,6 +312,7 @@ def row(index: int, data: Mapping[str, Any], report: Mapping[str, Any], load: fl
         "worst_seed": {key: targets[key]["worst_seed"] for key in NO_HARM_KEYS},
         "placed_locked": policies["metronome"].get("placed_locked"),
         "held_gangs": policies["metronome"].get("held_gangs"),
+        "holds_overtaken": policies["metronome"].get("holds_overtaken"),
         "attribution": {name: [_ratio(seed["policies"], ours, theirs) for seed in report["per_seed"]]
                         for name, (ours, theirs) in ATTRIBUTION.items()},
         **extra,

@@ -20,7 +20,7 @@ from volcano_metronome.core.cycle import commit
 from volcano_metronome.core.decision import Decision, NoFit
 from volcano_metronome.core.errors import InvalidInput
 from volcano_metronome.core.grid import lay_out
-from volcano_metronome.core.holding import HELD, decide_or_hold, is_hold
+from volcano_metronome.core.holding import HELD, Hold, decide_or_hold, passes
 from volcano_metronome.core.model import Gang, Policy
 from volcano_metronome.core.ordering import order
 from volcano_metronome.core.reoptimize import Move, reoptimise
@@ -56,6 +56,9 @@ class Decided:
     # and when the first of those held now may wait no longer.
     held: Mapping[str, float] = field(default_factory=dict)
     hold_until: float | None = None
+    # Gangs held this cycle whose best node set a gang of lower priority placed after them left short of GPUs
+    # (``core.holding.passes``): that gang's uid and priority.
+    overtaken: Mapping[str, tuple[str, int]] = field(default_factory=dict)
     # The snapshot the decisions were assumed into, for the re-optimisation pass of the same cycle.
     snapshot: Snapshot | None = field(default=None, compare=False, repr=False)
 
@@ -106,6 +109,8 @@ def decide(world: World, settings: Settings, now_s: float, clock: Callable[[], f
     held = {**{g.uid: s for g in pending if (s := g.held_since) is not None}, **(held or {})}
     still: dict[str, float] = {}
     until: list[float] = []
+    overtaken: dict[str, tuple[str, int]] = {}
+    held_now: list[tuple[Gang, Hold]] = []  # held this cycle, in every policy: priorities are the pods'
     snap, warnings = base if base is not None else snapshot(world, settings)
     results: dict[str, Decision | NoFit] = {}
     seconds: dict[str, float] = {}
@@ -123,8 +128,13 @@ def decide(world: World, settings: Settings, now_s: float, clock: Callable[[], f
         for gang in order(gangs, pol, now_s):
             t0 = clock() if clock is not None else 0.0
             since = held.get(gang.uid, now_s)
-            results[gang.uid] = result = _decide_one(snap, gang, pol, now_s - since)
-            if is_hold(result):
+            result = _decide_one(snap, gang, pol, now_s - since)
+            while isinstance(result, Decision) and (passed := passes(snap, held_now, gang, result)) is not None:
+                held_now.remove(passed)
+                overtaken[passed[0].uid] = (gang.uid, gang.priority)
+            results[gang.uid] = result = _assume(snap, gang, result)
+            if isinstance(result, Hold):
+                held_now.append((gang, result))
                 still[gang.uid] = since
                 until.append(since + pol.max_hold_s)
             elif isinstance(result, NoFit) and gang.uid in held:  # no room now: its hold still counts from then
@@ -133,17 +143,21 @@ def decide(world: World, settings: Settings, now_s: float, clock: Callable[[], f
                 seconds[gang.uid] = clock() - t0
     locks, relocations, moved_by, periods = _locks(results, snap.grid.slot_ms)
     return Decided(results, tuple(warnings), locks, relocations, seconds, moved_by, periods, still,
-                   min(until, default=None), snap)
+                   min(until, default=None), overtaken, snap)
 
 
 def _decide_one(snap: Snapshot, gang: Gang, pol: Policy, held_s: float = 0.0) -> Decision | NoFit:
-    """``core.cycle.schedule`` for one gang, isolated: whatever the core raises for this gang is this
-    gang's no-fit, never the cycle's failure (every other gang is still decided). A decision
-    ``core.holding`` holds back (the gang held for ``held_s`` so far) is not assumed."""
+    """``core.holding.decide_or_hold`` for one gang (held for ``held_s`` so far), isolated: whatever the core
+    raises for this gang is this gang's no-fit, never the cycle's failure (every other gang is still decided)."""
     try:
-        result = decide_or_hold(snap, gang, pol, held_s)
+        return decide_or_hold(snap, gang, pol, held_s)
     except Exception as exc:  # noqa: BLE001 - one gang's bad input or a core bug must not stop the others
         return NoFit(gang.uid, f"{UNDECIDABLE_PREFIX}{type(exc).__name__}: {exc}")
+
+
+def _assume(snap: Snapshot, gang: Gang, result: Decision | NoFit) -> Decision | NoFit:
+    """``result``, assumed into ``snap`` where it is a decision; a decision the snapshot refuses is the gang's
+    no-fit, as in ``_decide_one``."""
     if isinstance(result, Decision):
         try:
             commit(snap, gang, result)

@@ -39,7 +39,7 @@ from volcano_metronome.controller.writes import Event, Plan
 from volcano_metronome.controller.settings import Settings
 from volcano_metronome.controller.writer import Api, Outcome, Writer
 from volcano_metronome.core.errors import MetronomeError
-from volcano_metronome.core.decision import Decision, NoFit
+from volcano_metronome.core.decision import NoFit
 from volcano_metronome.controller.deciding import HELD_FOR_CONTENTION, Decided, Reoptimised, no_fit_category
 
 log = logging.getLogger("volcano_metronome.controller")
@@ -190,8 +190,7 @@ class Controller:
         outcome = self.writer.apply(plan) if plan.writes else Outcome()
         self._remember_reports(plan, outcome)
         self.wake_at = min((t for t in (plan.wake_at_s, thought.decided.hold_until) if t is not None), default=None)
-        self._record(thought.world, plan, outcome, thought.decided.results, thought.decide_s,
-                     self.monotonic() - started)
+        self._record(thought.world, plan, outcome, thought.decided, thought.decide_s, self.monotonic() - started)
         profiledrift.record(thought.drift, self.metrics)
         return plan, outcome
 
@@ -255,13 +254,13 @@ class Controller:
                     due.append(name)
         return due
 
-    def _record(self, world: World, plan: Plan, outcome: Outcome, results: Mapping[str, Decision | NoFit],
-                decide_s: float, cycle_s: float) -> None:
+    def _record(self, world: World, plan: Plan, outcome: Outcome, thought: Decided, decide_s: float,
+                cycle_s: float) -> None:
         m = self.metrics
         m.queue_depth.set(plan.pending)
         m.placed_gangs.set(plan.placed)
         m.drifted_gangs.set(plan.drifted)
-        decided = [r for r in results.values()]
+        decided = [r for r in thought.results.values()]
         if decided:
             per = decide_s / len(decided)
             for _ in decided:
@@ -277,6 +276,7 @@ class Controller:
                 m.no_fits.labels(category).inc()
                 held += category == HELD_FOR_CONTENTION
         m.held_gangs.set(held)
+        m.holds_overtaken.inc(len(thought.overtaken))
         m.reconfigurations.inc(len(plan.moves))
         m.locks.inc(len(outcome.locked))
         m.unlocks.inc(len(outcome.unlocked))

@@ -53,6 +53,8 @@ class Metrics:
                                         registry=r)
         self.no_fits = Counter(f"{_PREFIX}_no_fits", "Decisions that found no placement, by reason", ["reason"],
                                registry=r)
+        self.holds_overtaken = Counter(f"{_PREFIX}_holds_overtaken", "Gangs held back for contention whose best node "
+                                       "set a gang of lower priority took GPUs of", registry=r)
         self.reconfigurations = Counter(f"{_PREFIX}_reconfigurations", "Running gangs given a new offset",
                                         registry=r)
         self.locks = Counter(f"{_PREFIX}_locks", "Running gangs made to align their bursts: a gang placed on "

@@ -72,6 +72,8 @@ from volcano_metronome.shapes.times import format_time
 
 
 PLACED, NOFIT, RECONFIGURED = "Placed", "NoFit", "Reconfigured"
+# A held gang whose room a gang of lower priority took (``core.holding.passes``).
+HOLD_OVERTAKEN = "HoldOvertaken"
 DRIFTED, OUTSIDE_NODE_SET, AS_DECIDED = "Drifted", "BoundOutsideNodeSet", "AsDecided"
 PER_POD, CACHE_RISK, SHARED_PER_ROLE = "PerPodConstraints", "VolcanoPredicateErrorCache", "SharedPerRole"
 
@@ -152,7 +154,8 @@ def plan(world: World, decided: Decided, settings: Settings, now_s: float,
             if settings.pods_timeout_s > 0 and podless.awaiting_pods(gang):  # a hold from now (decidedAt)
                 due = now_s + settings.pods_timeout_s
         elif isinstance(result, NoFit):
-            w = _no_fit(gang, result.reason, world, now_s, reported, settings.events, decided.held.get(gang.uid))
+            w = _no_fit(gang, result.reason, world, now_s, reported, settings.events, decided.held.get(gang.uid),
+                        decided.overtaken.get(uid))
         elif gang.placed and gang.claim is not None:
             lock = gang.uid in decided.locks
             by = decided.locks.get(gang.uid)
@@ -477,8 +480,10 @@ def _pod_set_update(pod_set: Mapping[str, Any], ann: Mapping[str, str | None], c
 
 
 def _no_fit(gang: GangView, reason: str, world: World, now_s: float, reported: Mapping[str, str],
-            events: bool, held_since: float | None = None) -> GangWrites:
-    """``held_since``: when the gang was first held back, while it counts (``Decided.held``), kept in the claim."""
+            events: bool, held_since: float | None = None, overtaken: tuple[str, int] | None = None) -> GangWrites:
+    """``held_since``: when the gang was first held back, while it counts (``Decided.held``), kept in the claim;
+    ``overtaken``: the gang of lower priority that took room the held gang waits for this cycle, and its priority
+    (``Decided.overtaken``), announced by a Warning Event."""
     category = no_fit_category(reason)
     prior = gang.claim.conditions if gang.claim is not None else ()
     conds = objects.set_condition(prior, NOFIT, "True", category, reason, now_s)
@@ -498,6 +503,12 @@ def _no_fit(gang: GangView, reason: str, world: World, now_s: float, reported: M
         reported.get(str(gang.key)) == reason)
     if events and not announced:
         after.append(Event(regarding(gang), NOFIT, reason, "Warning"))
+    if events and overtaken is not None:
+        by, priority = overtaken
+        after.append(Event(regarding(gang), HOLD_OVERTAKEN, (
+            f"held back for contention at priority {gang.priority}, and {by} of priority {priority} was placed on "
+            f"GPUs its best node set needs; once its hold runs out it waits for room like any gang that does not "
+            f"fit (maxHoldSeconds: 0 on its QueuePolicy never holds)"), "Warning"))
     if gang.check is not None and gang.obj is not None:
         state, message = ("Rejected" if category == UNDECIDABLE or _never_fits(gang, world) else "Retry"), reason
         if category == HELD_FOR_CONTENTION:

@@ -19,6 +19,9 @@ room that is already there, clean, takes it (round 19).
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+from typing import Sequence
+
 from volcano_metronome.core.decision import Decision, NoFit, cost_per_slot, decide
 from volcano_metronome.core.model import Gang, Policy
 from volcano_metronome.core.snapshot import Snapshot
@@ -31,6 +34,13 @@ HELD = "held back"
 _EPS = 1e-6
 
 
+@dataclass(frozen=True)
+class Hold(NoFit):
+    """A gang held back (``hold``): why, and the decision it was held from (its best node set)."""
+
+    best: Decision = field(compare=False, repr=False)
+
+
 def collision_share(snapshot: Snapshot, decision: Decision) -> float:
     """Expected collisions of a decision left free, per unit of time (both sides); 0 where it is locked."""
     if decision.locked or not decision.links:
@@ -38,20 +48,15 @@ def collision_share(snapshot: Snapshot, decision: Decision) -> float:
     return cost_per_slot(snapshot, decision) / snapshot.grid.slot_ms
 
 
-def hold(snapshot: Snapshot, decision: Decision, policy: Policy, held_s: float) -> NoFit | None:
+def hold(snapshot: Snapshot, decision: Decision, policy: Policy, held_s: float) -> Hold | None:
     """Why ``decision`` waits instead (``held_s``: how long its gang has been held so far), or None: place it."""
     share = collision_share(snapshot, decision)
     if share < HOLD_COST or held_s + _EPS >= policy.max_hold_s:
         return None
-    return NoFit(decision.uid, (
+    return Hold(decision.uid, (
         f"{HELD}: its best node set would run free with expected collisions of {share:.2f} x the time "
         f"(both sides; held from {HOLD_COST:g}); waits for a cleaner one up to maxHoldSeconds "
-        f"({policy.max_hold_s:g} s) after it was first held, then is placed where it fits"))
-
-
-def is_hold(result: Decision | NoFit) -> bool:
-    """Whether ``result`` is a gang held back (a NoFit ``hold`` wrote)."""
-    return isinstance(result, NoFit) and result.reason.startswith(HELD)
+        f"({policy.max_hold_s:g} s) after it was first held, then is placed where it fits"), decision)
 
 
 def decide_or_hold(snapshot: Snapshot, gang: Gang, policy: Policy, held_s: float,
@@ -65,3 +70,20 @@ def decide_or_hold(snapshot: Snapshot, gang: Gang, policy: Policy, held_s: float
     if isinstance(opened, Decision) and hold(snapshot, opened, policy, held_s) is None:
         return opened
     return held
+
+
+def passes(snapshot: Snapshot, held: Sequence[tuple[Gang, Hold]], gang: Gang,
+           decision: Decision) -> tuple[Gang, Hold] | None:
+    """The first of ``held`` (gangs held earlier in this cycle) that ``decision`` would pass, or None: one of
+    higher priority than ``gang`` whose best node set it leaves short of GPUs. Priority is the gang's own,
+    whatever the queue's order, as in priority protection (``core.decision``)."""
+    topology, free = snapshot.topology, snapshot.free_gpus
+    taken = dict(zip(decision.nodes, (m * gang.gpus_per_member for m in decision.members)))
+    for entry in held:
+        other, why = entry
+        if other.priority <= gang.priority:
+            continue
+        for name, members in zip(why.best.nodes, why.best.members):
+            if name in taken and free[topology.node_index[name]] - taken[name] < members * other.gpus_per_member:
+                return entry
+    return None

@@ -56,7 +56,8 @@ SAME_JCT = 0.01
 
 #: metronome's lock-on-demand counts and its gangs held back (``core.holding``), summed over seeds like
 #: ``link_sharing_decisions``.
-DECISION_COUNTS = ("placed_unlocked", "placed_locked", "locks", "unlocks", "exact_locks", "held_gangs")
+DECISION_COUNTS = ("placed_unlocked", "placed_locked", "locks", "unlocks", "exact_locks", "held_gangs",
+                   "holds_overtaken")
 
 #: The issue's targets on cluster-256: (gain key, figure, comparison, threshold).
 TARGETS = (
@@ -449,7 +450,8 @@ def table(report: Mapping[str, Any]) -> str:
         lines.append(f"metronome lock on demand: {ours['placed_unlocked']} gangs placed running free, "
                      f"{ours['placed_locked']} locked ({ours.get('exact_locks', 0)} at their exact period, off the "
                      f"grid); {ours['locks']} locks, {ours['unlocks']} unlocks; {ours.get('held_gangs', 0)} gangs held "
-                     f"back where every node set collided heavily (all seeds)")
+                     f"back where every node set collided heavily, {ours.get('holds_overtaken', 0)} times a gang of "
+                     f"lower priority took room a held one waited for (all seeds)")
     if report.get("targets"):
         lines += ["", "targets (issue 2's were set for cluster-256; issue 12's no_harm for every scenario, "
                   "win_if_contended for contended ones, vs_default the paper's headline; medians over seeds):"]

@@ -2,7 +2,8 @@
 
 Per cycle: the pending gangs with room (``common.placeable``), in the QueuePolicy's order
 (``core.ordering.order``: priority, aging, FIFO), each decided by ``core.holding.decide_or_hold``
-(``core.decision.decide``, held back where ``core.holding`` says so) against the live
+(``core.decision.decide``, held back where ``core.holding`` says so; a gang of lower priority that takes
+room a held gang waits for is counted, ``core.holding.passes``) against the live
 ``core.snapshot.Snapshot``, else assumed with
 ``core.cycle.commit`` (this is ``core.cycle.schedule`` unrolled so that each decision is timed on its
 own). Then, if the links touched by this cycle's placements or by departures since the
@@ -33,7 +34,8 @@ import numpy as np
 
 from volcano_metronome.core.cycle import commit
 from volcano_metronome.core.decision import Decision
-from volcano_metronome.core.holding import decide_or_hold, is_hold
+from volcano_metronome.core.holding import Hold, decide_or_hold, passes
+from volcano_metronome.core.model import Gang
 from volcano_metronome.core.reoptimize import reoptimise
 from volcano_metronome.core.snapshot import Snapshot
 from volcano_metronome.scenario import JobSpec
@@ -71,7 +73,7 @@ class Metronome(SimPolicy):
         self.counts = {"decisions": 0, "sharing": 0, "sharing_zero_overflow": 0, "sharing_guarded_fit": 0,
                        "reoptimisations": 0, "moves": 0, "placed_unlocked": 0, "placed_locked": 0, "locks": 0,
                        "unlocks": 0, "relocations": 0,
-                       "exact_locks": 0, "held": 0}
+                       "exact_locks": 0, "held": 0, "overtaken": 0}
         self.snapping: list[float] = []
         # For the TDM picture: per link, the most gangs ever on it at once and their phases then.
         self.crowd = self.stats.crowd
@@ -79,6 +81,7 @@ class Metronome(SimPolicy):
     def schedule(self, now: float, pending: Sequence[JobSpec]) -> list[Placement]:
         """One scheduling cycle over the pending gangs, then bounded re-optimisation."""
         out = []
+        held: list[tuple[Gang, Hold]] = []  # held this cycle (core.holding.passes)
         for job in placeable(queue_order(pending, self.policy, now), self.snapshot.free_gpus):
             gang = job.gang()
             started = time.perf_counter()
@@ -88,12 +91,17 @@ class Metronome(SimPolicy):
             result = decide_or_hold(self.snapshot, gang, self.policy, held_s, earliest)
             elapsed = (time.perf_counter() - started) * 1000.0
             if not isinstance(result, Decision):
-                if is_hold(result) and gang.uid not in self.held_since:
-                    # First held: one wake-up when its wait runs out.
-                    self.held_since[gang.uid] = now
-                    self._wakeups.append(now + self.policy.max_hold_s)
-                    self.counts["held"] += 1
+                if isinstance(result, Hold):
+                    held.append((gang, result))
+                    if gang.uid not in self.held_since:
+                        # First held: one wake-up when its wait runs out.
+                        self.held_since[gang.uid] = now
+                        self._wakeups.append(now + self.policy.max_hold_s)
+                        self.counts["held"] += 1
                 continue
+            while (passed := passes(self.snapshot, held, gang, result)) is not None:
+                held.remove(passed)
+                self.counts["overtaken"] += 1
             self.held_since.pop(gang.uid, None)
             self.stats.decision_ms.append(elapsed)
             index = self.snapshot.topology.link_index
@@ -220,6 +228,7 @@ class Metronome(SimPolicy):
             "relocations": c["relocations"],
             "exact_locks": c["exact_locks"],
             "held_gangs": c["held"],
+            "holds_overtaken": c["overtaken"],
         }
 
 
