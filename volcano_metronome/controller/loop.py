@@ -254,29 +254,29 @@ class Controller:
                     due.append(name)
         return due
 
-    def _record(self, world: World, plan: Plan, outcome: Outcome, thought: Decided, decide_s: float,
+    def _record(self, world: World, plan: Plan, outcome: Outcome, decided: Decided, decide_s: float,
                 cycle_s: float) -> None:
         m = self.metrics
         m.queue_depth.set(plan.pending)
         m.placed_gangs.set(plan.placed)
         m.drifted_gangs.set(plan.drifted)
-        decided = [r for r in thought.results.values()]
-        if decided:
-            per = decide_s / len(decided)
-            for _ in decided:
+        results = list(decided.results.values())
+        if results:
+            per = decide_s / len(results)
+            for _ in results:
                 m.decision_seconds.observe(per)
         m.cycle_seconds.observe(cycle_s)
         m.placements.inc(len(outcome.placed))
         for klass in outcome.placed_classes:
             m.class_placements.labels(str(klass)).inc()
         held = 0
-        for r in decided:
+        for r in results:
             if isinstance(r, NoFit):
                 category = no_fit_category(r.reason)
                 m.no_fits.labels(category).inc()
                 held += category == HELD_FOR_CONTENTION
         m.held_gangs.set(held)
-        m.holds_overtaken.inc(len(thought.overtaken))
+        m.holds_overtaken.inc(len(decided.overtaken))
         m.reconfigurations.inc(len(plan.moves))
         m.locks.inc(len(outcome.locked))
         m.unlocks.inc(len(outcome.unlocked))
@@ -293,9 +293,9 @@ class Controller:
         for gang in outcome.redecided:
             log.warning("gang %s: a node of its claim vanished before it was bound; released, decided again once "
                         "its members are back", gang)
-        if plan.writes or decided:
+        if plan.writes or results:
             log.info("cycle: %d decided (%d placed), %d pending, %d writes (%d conflicts, %d errors), "
-                     "%d pods ungated, %d gangs locked, %d unlocked, %.1f ms", len(decided), len(outcome.placed),
+                     "%d pods ungated, %d gangs locked, %d unlocked, %.1f ms", len(results), len(outcome.placed),
                      plan.pending, outcome.writes, outcome.conflicts, outcome.errors, outcome.ungated,
                      len(outcome.locked), len(outcome.unlocked), cycle_s * 1000)
 
