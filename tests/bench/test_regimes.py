@@ -228,3 +228,18 @@ def test_an_earlier_run_s_json_gives_the_table_and_the_heat_map(quick, tmp_path)
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "half-nodes-mixed-100g-quick" in out.getvalue() and "2 scenarios" in out.getvalue()
     assert "per seed: met on" in out.getvalue()  # an older JSON without the per-seed summary gets it
+
+
+def test_other_nic_speeds_give_the_same_cells_at_those_speeds_and_a_bad_list_is_refused(capsys):
+    cells = regimes.grid(nic_gbps=(50, 400))
+    assert [(c.sharing, c.periods) for c in cells[::2]] == [(c.sharing, c.periods) for c in regimes.grid()[::2]]
+    assert {c.nic_gbps for c in cells} == {50, 400} and cells[0].name == "regime-half-nodes-one-50g"
+    assert regimes.scenario_data(cells[0])["topology"]["nic_gbps"] == 50
+    for bad in ("fast", "0", ""):
+        with pytest.raises(SystemExit) as stop:
+            regimes.main(["--nic-gbps", bad])
+        assert stop.value.code == 2
+        assert f"--nic-gbps: got {bad!r}, expected comma-separated whole Gbps >= 1" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        regimes.main(["--nic-gbps", "50", "--only", "regime-half-nodes-one-100g"])
+    assert "regime-half-nodes-one-50g" in capsys.readouterr().err  # --only names the cells at the speeds asked

@@ -97,11 +97,14 @@ class Cell:
                 + ("" if self.execution == "steady" else f"-{self.execution}"))
 
 
-def grid(quick: bool = False, execution: str = "steady") -> list[Cell]:
-    """The grid: every combination of the axes, or (quick) two small half-node scenarios."""
+def grid(quick: bool = False, execution: str = "steady", nic_gbps: Sequence[int] = NIC_GBPS) -> list[Cell]:
+    """The grid: every combination of the axes, or (quick) two small half-node scenarios.
+
+    ``nic_gbps`` replaces the speed axis: the map's own cells at speeds it was not drawn at.
+    """
     if quick:
         return [Cell("one", 100, "half-nodes", True, execution), Cell("mixed", 100, "half-nodes", True, execution)]
-    return [Cell(p, nic, s, execution=execution) for s in SHARING for p in MIXES for nic in NIC_GBPS]
+    return [Cell(p, nic, s, execution=execution) for s in SHARING for p in MIXES for nic in nic_gbps]
 
 
 def _layout(cell: Cell) -> tuple[dict[str, Any], list[dict[str, int]], list[int]]:
@@ -307,22 +310,23 @@ def heat_map(doc: Mapping[str, Any], path: str | pathlib.Path) -> pathlib.Path:
     import matplotlib.pyplot as plt
 
     rows = {(r["axes"]["sharing"], r["axes"]["periods"], r["axes"]["nic_gbps"]): r for r in doc["scenarios"]}
+    speeds = sorted({k[2] for k in rows})
     sharing = [s for s in SHARING if any(k[0] == s for k in rows)]
     fig, axes = plt.subplots(1, len(sharing), figsize=(3.6 * len(sharing), 3.6), squeeze=False)
     image: Any = None
     for ax, regime in zip(axes[0], sharing):
         ratio = [[rows[(regime, p, n)]["ratios"][NO_HARM_KEYS[0]] if (regime, p, n) in rows else float("nan")
-                  for n in NIC_GBPS] for p in MIXES]
+                  for n in speeds] for p in MIXES]
         image = ax.imshow(ratio, cmap="RdBu_r", vmin=0.8, vmax=1.2)
         for i, p in enumerate(MIXES):
-            for j, n in enumerate(NIC_GBPS):
+            for j, n in enumerate(speeds):
                 r = rows.get((regime, p, n))
                 if r is not None:
                     harm = "" if all(r["targets"][k]["met"] for k in NO_HARM_KEYS) else "\nno-harm MISSED"
                     ax.text(j, i, f"{r['ratios'][NO_HARM_KEYS[0]]:.3f}\nVT exc "
                             f"{100 * r['volcano_topology_contention_excess']:.1f}%{harm}",
                             ha="center", va="center", fontsize=8)
-        ax.set_xticks(range(len(NIC_GBPS)), [f"{n} Gbps" for n in NIC_GBPS])
+        ax.set_xticks(range(len(speeds)), [f"{n} Gbps" for n in speeds])
         ax.set_yticks(range(len(MIXES)), list(MIXES) if ax is axes[0][0] else [])
         ax.set_title(regime)
     fig.colorbar(image, ax=axes[0].tolist(), label="metronome / volcano-topology, avg JCT (median)", shrink=0.8)
@@ -344,7 +348,8 @@ def run(cells: Sequence[Cell], seeds: int, say: bool = True, execution: str = "s
         rows.append(row(cell, report, time.process_time() - started))
         if say:
             print(f"[{i + 1}/{len(cells)}] {cell.name}: {rows[-1]['cpu_s']} s of CPU", file=sys.stderr, flush=True)
-    return {"grid": {"periods": {k: sorted(v) for k, v in MIXES.items()}, "nic_gbps": list(NIC_GBPS),
+    return {"grid": {"periods": {k: sorted(v) for k, v in MIXES.items()},
+                     "nic_gbps": sorted({c.nic_gbps for c in cells}),
                      "sharing": list(SHARING), "execution": execution, "offered_load": OFFERED_LOAD, "generate_seed": GENERATE_SEED,
                      "policies": list(POLICIES), "seeds": seeds},
             "scenarios": rows, "summary": summary(rows)}
@@ -360,6 +365,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="how jobs run: steady (the default, as the contended examples) or noisy (issue-12 noise); "
                              "classes, noisy-classes: the same on a fabric of 8 traffic classes in strict priority, "
                              "every gang's by start order; published, noisy-published: metronome's classes only")
+    parser.add_argument("--nic-gbps", default=",".join(map(str, NIC_GBPS)), metavar="LIST",
+                        help="comma-separated NIC speeds of the speed axis (default 100,200, the map's own). Others "
+                             "run the same cells where the map was not drawn; the period axis's names hold only "
+                             "at 100 and 200 (at 50 and 400 Gbps `divisible` snaps to 280/525 and 150/350 ms)")
     parser.add_argument("--only", default="", help="comma-separated scenario names to run (default: the whole grid)")
     parser.add_argument("--write", metavar="DIR", help="also write every scenario of the grid as DIR/NAME.yaml")
     parser.add_argument("--plot", metavar="PNG", help="draw the heat map of metronome / volcano-topology (matplotlib)")
@@ -367,7 +376,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.seeds < 1:
         parser.error(f"--seeds: got {args.seeds}, expected an integer >= 1")
-    cells = grid(args.quick, args.execution)
+    try:
+        speeds = [int(x) for x in args.nic_gbps.split(",")]
+    except ValueError:
+        speeds = []
+    if not speeds or any(n < 1 for n in speeds):
+        parser.error(f"--nic-gbps: got {args.nic_gbps!r}, expected comma-separated whole Gbps >= 1, e.g. 50,400")
+    cells = grid(args.quick, args.execution, speeds)
     if args.only:
         wanted = set(args.only.split(","))
         unknown = wanted - {c.name for c in cells}
