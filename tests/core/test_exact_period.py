@@ -214,3 +214,35 @@ def test_a_lower_priority_gang_never_stretches_a_higher_priority_ones_period():
     d = decide(snap, gang("high", 2, 3, period=100.0, start=0.0, length=30.0, gbps=60.0, priority=10,
                           created=1.0), POLICY)
     assert isinstance(d, Decision) and d.locked and d.period_ms == 110.0 and d.periods == (("low", 110.0),)
+
+
+def free_chain(length: int) -> Snapshot:
+    """A row of NICs, ``length`` identical gangs running free on node pairs (i, i + 1), each pair of neighbours on
+    one NIC: 100 ms bursts at 80 Gbps every 180 ms, so two on one 100 Gbps NIC collide at every offset. Every
+    node but the last two is full (a filler with no traffic on the first), so a newcomer of 12 GPUs must share
+    the last gang's NIC."""
+    snap = empty(ring(length + 2), 8)
+    snap.assume(gang("filler", 1, 4, period=180.0, start=0.0, length=10.0), np.array([0]), np.array([1]), 0)
+    for i in range(length):
+        snap.assume(gang(f"g{i}", 2, 4, period=180.0, start=80.0, length=100.0, gbps=80.0),
+                    np.array([i, i + 1]), np.array([1, 1]), 0, locked=False)
+    snap.fold()
+    return snap
+
+
+def test_a_lock_that_takes_a_chain_of_identical_gangs_along_counts_the_collisions_it_spares_them():
+    # The newcomer shares one NIC with g1, and g1 one with g0: locked at 200 ms (40 slots), the three take
+    # turns on both NICs. That pads each of them 20 ms per iteration, 60 ms in all, about as much as the
+    # newcomer's own collisions cost (67 ms per 180 ms, both sides); but g0 and g1 collide as much again whether
+    # or not it runs free, and the lock spares that too. g0 shares no link with the newcomer and is re-laid with
+    # the chain: an identical job, held as long as the gangs of the newcomer's links may be.
+    snap = free_chain(2)
+    b = gang("b", 3, 4, period=180.0, start=80.0, length=100.0, gbps=80.0, created=1.0)
+    d = decide(snap, b, POLICY)
+    assert isinstance(d, Decision) and d.nodes == ("n2", "n3")
+    assert d.locked and d.locks == ("g0", "g1") and d.period_ms == 200.0
+    assert d.periods == (("g0", 200.0), ("g1", 200.0)) and 0.0 < d.padding_ms < d.free_delay_ms
+    commit(snap, b, d)
+    assert {u: (p.pattern.slots, p.locked) for u, p in snap.placed.items() if u != "filler"} == \
+        {"g0": (40, True), "g1": (40, True), "b": (40, True)}
+    assert all(snap.clean(u) for u in ("g0", "g1", "b"))

@@ -57,7 +57,10 @@ period (identical jobs: ``SlotGrid.exact``, no snapping beyond the slot), the ga
 instead, or up to ``OVERFILL`` longer where their bursts together overfill it, the free neighbours it locks
 re-laid with it (``_exact``, ``Decision.periods``), and likewise where their exact periods, each up to
 ``STRETCH`` longer, divide one another (185 and 380 ms locked at 190 and 380), whenever that costs less
-per unit of time than the grid's choice and the hyperperiod stays within the cap; beside such periods a
+per unit of time than the grid's choice and the hyperperiod stays within the cap. Where every gang the lock
+takes along is the same job, its cost is net of the collisions it spares them (``_exact_at``): they
+collide whether or not the newcomer runs free, so the padding of a chain of identical gangs that take turns
+is weighed against the chain's collisions, not the newcomer's alone. Beside such periods a
 grid snap that would take the hyperperiod past the cap gives way to the shortest period that keeps it
 (``SlotGrid.fitting``). With lock on demand, candidate node sets are ranked by that expected cost
 first (padding where locked, collisions where free, nothing where no link is contended), then by
@@ -288,10 +291,11 @@ def _decide_as(snapshot: Snapshot, gang: Gang, policy: Policy, earliest: int, fo
     return settled
 
 
-def cost_per_slot(snapshot: Snapshot, d: Decision) -> float:
-    """A decision's expected cost (padding where locked, collisions where free) per slot of time: its figures
-    are per ``lcm(hyperperiod, period)``, which differs between periods."""
-    return d.expected_ms / math.lcm(snapshot.hyperperiod, int(round(d.period_ms / snapshot.grid.slot_ms)))
+def cost_per_slot(snapshot: Snapshot, d: Decision, spared_ms: float = 0.0) -> float:
+    """A decision's expected cost (padding where locked, collisions where free) per slot of time, less
+    ``spared_ms`` (the collisions a lock spares gangs that collide whether or not this one runs free): its
+    figures are per ``lcm(hyperperiod, period)``, which differs between periods."""
+    return (d.expected_ms - spared_ms) / math.lcm(snapshot.hyperperiod, int(round(d.period_ms / snapshot.grid.slot_ms)))
 
 
 def _exact(snapshot: Snapshot, gang: Gang, scored: list[_Scored], policy: Policy,
@@ -365,6 +369,7 @@ class _Sharing:
     own: dict[int, float]
     theirs: tuple[tuple[str, int, float], ...]
     stretch: float
+    exact: int  # the gang's exact period (slots)
 
 
 def _exact_slots(snapshot: Snapshot, uid: str) -> int:
@@ -389,7 +394,7 @@ def _sharing(snapshot: Snapshot, gang: Gang, scored: _Scored, exact: int) -> _Sh
                    if link in hot)
     beyond = (_unlocked_closure(snapshot, near, links, extra) or set()) - near
     identical = all(_exact_slots(snapshot, uid) == exact for uid in near)
-    return _Sharing(frozenset(near), frozenset(beyond), own, theirs, OVERFILL if identical else STRETCH)
+    return _Sharing(frozenset(near), frozenset(beyond), own, theirs, OVERFILL if identical else STRETCH, exact)
 
 
 def _commensurate(snapshot: Snapshot, slots: int, sharing: _Sharing) -> dict[str, int] | None:
@@ -412,9 +417,12 @@ def _commensurate(snapshot: Snapshot, slots: int, sharing: _Sharing) -> dict[str
     capacity = snapshot.topology.capacity_mbps
     if any(r > capacity[link] + _EPS for link, r in rate.items()):
         return None
-    # The gangs a lock takes along beyond its links are re-laid where they can be, else kept as they are.
+    # The gangs a lock takes along beyond its links are re-laid where they can be, else kept as they are: as far
+    # as those on its links where they are the same job (a chain of identical gangs, each sharing a NIC with the
+    # next, takes turns at one period or not at all), else no more than ``STRETCH``.
     for uid in sharing.beyond:
-        held[uid] = _held(snapshot, uid, slots) or snapshot.placed[uid].pattern.slots
+        stretch = sharing.stretch if _exact_slots(snapshot, uid) == sharing.exact else STRETCH
+        held[uid] = _held(snapshot, uid, slots, stretch) or snapshot.placed[uid].pattern.slots
     if math.lcm(snapshot.hyperperiod, slots, *held.values()) > snapshot.grid.max_hyperperiod_slots:
         return None
     return {uid: q for uid, q in sorted(held.items()) if q != snapshot.placed[uid].pattern.slots}
@@ -440,7 +448,11 @@ def _exact_at(snapshot: Snapshot, gang: Gang, fit: list[tuple[_Scored, dict[str,
     found, relaid = best
     with _relaid(snapshot, relaid):
         d = _settle(snapshot, gang, found, policy, earliest)
-        cost = cost_per_slot(snapshot, d)
+        # Where every gang the lock takes along is the same job, what it spares them is weighed too (they collide
+        # among themselves whether or not this gang runs free); between other periods the estimate is coarser.
+        exact = snapshot.grid.exact(gang.profile.period_ms).slots
+        chain = d.locked and all(_exact_slots(snapshot, uid) == exact for uid in d.locks)
+        cost = cost_per_slot(snapshot, d, d.free_delay_ms - found.lock.free_delay_ms if chain else 0.0)
     if not d.locked:
         return None
     slot = snapshot.grid.slot_ms
