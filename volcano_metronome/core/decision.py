@@ -74,7 +74,7 @@ import contextlib
 import dataclasses
 import math
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Iterable, Iterator
 
 import numpy as np
 
@@ -332,7 +332,7 @@ def _exact(snapshot: Snapshot, gang: Gang, scored: list[_Scored], policy: Policy
         pattern = lay_out(gang.profile, grid, SnappedPeriod(slots, gang.profile.period_ms, grid.slot_ms))
         fit = [(s, relaid) for s, found, longest in sharing
                if slots <= longest and (relaid := _commensurate(snapshot, slots, found)) is not None]
-        if fit and (locked := _exact_at(snapshot, gang, fit, policy, earliest, pattern, span)) is not None:
+        if fit and (locked := _exact_at(snapshot, gang, fit, policy, earliest, pattern, span, exact)) is not None:
             return locked
     return None
 
@@ -377,6 +377,11 @@ def _exact_slots(snapshot: Snapshot, uid: str) -> int:
     return snapshot.grid.exact(snapshot.placed[uid].gang.profile.period_ms).slots
 
 
+def _same_job(snapshot: Snapshot, uids: Iterable[str], exact: int) -> bool:
+    """Whether every placed gang of ``uids`` has the exact period ``exact`` (slots): identical jobs."""
+    return all(_exact_slots(snapshot, uid) == exact for uid in uids)
+
+
 def _sharing(snapshot: Snapshot, gang: Gang, scored: _Scored, exact: int) -> _Sharing | None:
     """``scored``'s node set as ``_commensurate`` needs it (``exact``: the gang's exact period, slots); None where it
     shares no contended link."""
@@ -393,8 +398,8 @@ def _sharing(snapshot: Snapshot, gang: Gang, scored: _Scored, exact: int) -> _Sh
                    for link, m in zip(snapshot.placed[uid].links.tolist(), snapshot.placed[uid].multiplier)
                    if link in hot)
     beyond = (_unlocked_closure(snapshot, near, links, extra) or set()) - near
-    identical = all(_exact_slots(snapshot, uid) == exact for uid in near)
-    return _Sharing(frozenset(near), frozenset(beyond), own, theirs, OVERFILL if identical else STRETCH, exact)
+    return _Sharing(frozenset(near), frozenset(beyond), own, theirs,
+                    OVERFILL if _same_job(snapshot, near, exact) else STRETCH, exact)
 
 
 def _commensurate(snapshot: Snapshot, slots: int, sharing: _Sharing) -> dict[str, int] | None:
@@ -421,7 +426,7 @@ def _commensurate(snapshot: Snapshot, slots: int, sharing: _Sharing) -> dict[str
     # as those on its links where they are the same job (a chain of identical gangs, each sharing a NIC with the
     # next, takes turns at one period or not at all), else no more than ``STRETCH``.
     for uid in sharing.beyond:
-        stretch = sharing.stretch if _exact_slots(snapshot, uid) == sharing.exact else STRETCH
+        stretch = sharing.stretch if _same_job(snapshot, (uid,), sharing.exact) else STRETCH
         held[uid] = _held(snapshot, uid, slots, stretch) or snapshot.placed[uid].pattern.slots
     if math.lcm(snapshot.hyperperiod, slots, *held.values()) > snapshot.grid.max_hyperperiod_slots:
         return None
@@ -429,8 +434,9 @@ def _commensurate(snapshot: Snapshot, slots: int, sharing: _Sharing) -> dict[str
 
 
 def _exact_at(snapshot: Snapshot, gang: Gang, fit: list[tuple[_Scored, dict[str, int]]], policy: Policy,
-              earliest: int, pattern: Pattern, span: int) -> tuple[Decision, float] | None:
-    """``_exact`` at one period: the best node set of ``fit`` locked there, its neighbours re-laid as given, or None."""
+              earliest: int, pattern: Pattern, span: int, exact: int) -> tuple[Decision, float] | None:
+    """``_exact`` at one period: the best node set of ``fit`` locked there, its neighbours re-laid as given, or None
+    (``exact``: the gang's exact period, slots)."""
     best: tuple[_Scored, dict[str, int]] | None = None
     for s, relaid in fit:
         if any(snapshot.placed[u].gang.priority > gang.priority and q > snapshot.placed[u].pattern.slots
@@ -450,8 +456,7 @@ def _exact_at(snapshot: Snapshot, gang: Gang, fit: list[tuple[_Scored, dict[str,
         d = _settle(snapshot, gang, found, policy, earliest)
         # Where every gang the lock takes along is the same job, what it spares them is weighed too (they collide
         # among themselves whether or not this gang runs free); between other periods the estimate is coarser.
-        exact = snapshot.grid.exact(gang.profile.period_ms).slots
-        chain = d.locked and all(_exact_slots(snapshot, uid) == exact for uid in d.locks)
+        chain = d.locked and _same_job(snapshot, d.locks, exact)
         cost = cost_per_slot(snapshot, d, d.free_delay_ms - found.lock.free_delay_ms if chain else 0.0)
     if not d.locked:
         return None
