@@ -17,15 +17,16 @@ from volcano_metronome.core.topology import leaf_spine
 POLICY = Policy()
 
 
-def beside_a_twin(burst_ms: float) -> tuple[Snapshot, Decision]:
-    """Gang b's decision on two nodes whose NICs gang a, its twin (a full-rate burst of ``burst_ms`` every 200 ms),
-    already loads: 3 GPUs a node, a takes 2 on each, so b's two 1-GPU members can only go one to a node."""
+def beside_a_twin(burst_ms: float, period_ms: float = 200.0, start_ms: float = 0.0) -> tuple[Snapshot, Decision]:
+    """Gang b's decision on two nodes whose NICs gang a, its twin (a full-rate burst of ``burst_ms`` every
+    ``period_ms``), already loads: 3 GPUs a node, a takes 2 on each, so b's two 1-GPU members can only go one to
+    a node."""
     snap = empty(two_nodes(), 3)
-    a = gang("a", gpus=2, start=0.0, length=burst_ms)
+    a = gang("a", gpus=2, period=period_ms, start=start_ms, length=burst_ms)
     first = decide(snap, a, POLICY)
     assert isinstance(first, Decision)
     commit(snap, a, first)
-    second = decide(snap, gang("b", gpus=1, start=0.0, length=burst_ms), POLICY)
+    second = decide(snap, gang("b", gpus=1, period=period_ms, start=start_ms, length=burst_ms), POLICY)
     assert isinstance(second, Decision) and len(second.nodes) == 2
     return snap, second
 
@@ -56,6 +57,15 @@ def test_lighter_collisions_locked_gangs_and_gangs_on_no_link_are_never_held() -
     assert d.locked and collision_share(snap, d) == 0.0 and hold(snap, d, POLICY, 0.0) is None
     alone = decide(empty(two_nodes(), 3), gang("c", gpus=1, start=0.0, length=195.0), POLICY)
     assert isinstance(alone, Decision) and not alone.links and hold(snap, alone, POLICY, 0.0) is None
+
+
+def test_bursts_shorter_than_their_slots_are_weighed_by_their_volume() -> None:
+    # Round 33 (fuzz 586): a 4 ms burst every 8.4 ms on 5 ms slots was laid as two whole slots at line rate, a
+    # burst as long as its period, so the core expected collisions of 2 x the time and held the gang. At a
+    # random phase two such twins collide 2 L^2 / P^2 = 0.45 x the time, under the hold's threshold.
+    snap, d = beside_a_twin(4.0, period_ms=8.4, start_ms=2.0)
+    assert collision_share(snap, d) < HOLD_COST
+    assert hold(snap, d, POLICY, 0.0) is None
 
 
 def test_a_gang_about_to_be_held_takes_an_untouched_rack_where_one_holds_it_cleanly() -> None:
