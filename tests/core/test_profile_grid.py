@@ -97,6 +97,7 @@ def test_lay_out_gives_a_slot_a_window_covers_in_part_that_part_of_its_rate():
     assert pattern.slots == 40
     # 101..113 ms: four fifths of slot 20, all of slot 21, three fifths of slot 22, at 12,346 Mbps.
     assert {int(i): int(r) for i, r in enumerate(pattern.rates) if r} == {20: 9877, 21: 12346, 22: 7408}
+    assert {int(i): int(r) for i, r in enumerate(pattern.whole) if r} == {20: 12346, 21: 12346, 22: 12346}
     assert pattern.guard_slots == 2
 
 
@@ -107,13 +108,14 @@ def test_lay_out_keeps_the_volume_of_bursts_shorter_than_a_slot():
     short = Profile(8.4, (Window(0.5, 2.5, 320.0), Window(4.0, 1.9, 320.0)), 0.0)
     pattern = lay_out(short, SlotGrid(5.0))
     np.testing.assert_array_equal(pattern.rates, [160_000 + 64_000, 57_600])
-    assert pattern.rates.max() < 320_000
+    np.testing.assert_array_equal(pattern.whole, [320_000, 320_000])
 
 
-def _reference_lay_out(p: Profile, grid: SlotGrid) -> list[int]:
-    """Slot by slot and window by window: the covered share of the window's rate, rounded up to a Mbps."""
+def _reference_lay_out(p: Profile, grid: SlotGrid) -> tuple[list[int], list[int]]:
+    """Slot by slot and window by window: the covered share of the window's rate, rounded up to a Mbps, and the
+    largest rate of a window that touches the slot."""
     period = grid.snap(p.period_ms)
-    rates = [0] * period.slots
+    rates, whole = [0] * period.slots, [0] * period.slots
     for w in p.windows:
         rate = max(1, int(round(w.gbps * 1000.0)))
         for slot in range(period.slots):
@@ -121,7 +123,8 @@ def _reference_lay_out(p: Profile, grid: SlotGrid) -> list[int]:
             covered = min(hi, w.start_ms + w.len_ms) - max(lo, w.start_ms)
             if covered > 1e-9 * grid.slot_ms:
                 rates[slot] += max(1, math.ceil(rate * covered / grid.slot_ms - 1e-6))
-    return rates
+                whole[slot] = max(whole[slot], rate)
+    return rates, whole
 
 
 @st.composite
@@ -138,9 +141,12 @@ def profiles(draw: st.DrawFn) -> Profile:
 def test_lay_out_matches_a_slot_by_slot_reference_and_keeps_the_volume(p: Profile, slot_ms: float) -> None:
     grid = SlotGrid(slot_ms)
     pattern = lay_out(p, grid)
-    expected = _reference_lay_out(p, grid)
-    # The reference skips a sliver under 1e-9 slot at an edge; the kernel gives it 1 Mbps at most.
+    expected, whole = _reference_lay_out(p, grid)
+    # The reference skips a sliver under 1e-9 slot at an edge; the kernel gives it 1 Mbps at most, and its
+    # whole rate in ``whole``.
     assert np.abs(pattern.rates - np.array(expected)).max() <= 1
+    assert ((pattern.whole == np.array(whole)) | ((np.array(whole) == 0) & (pattern.rates <= 1))).all()
+    assert (pattern.rates <= pattern.whole + len(p.windows)).all()  # never more than the slot at full rate
     volume = sum(max(1, round(w.gbps * 1000.0)) * w.len_ms for w in p.windows)
     laid = float(pattern.rates.sum()) * slot_ms
     assert volume - 1e-6 * volume <= laid <= volume + 2 * slot_ms * (len(p.windows) + pattern.slots)

@@ -589,10 +589,12 @@ def score_offsets(snapshot: Snapshot, gang: Gang, pattern: Pattern, nodes: np.nd
     base = phasing.fold(snapshot.rows(links, period), period)
     cap = snapshot.topology.capacity_mbps[links]
     peak_load = base.max(axis=1)
-    guarded = dilate(pattern.rates, pattern.guard_slots + policy.cushion_slots)
-    maxima = phasing.WindowMaxima.of(peak_load, phasing.longest_run(guarded, pattern.rates))
+    # Clear of every slot a burst touches, at its full rate: a fit is a promise, not an expectation (and whole
+    # slots keep the runs, and so the kernels' passes, as few as the windows).
+    guarded = dilate(pattern.whole, pattern.guard_slots + policy.cushion_slots)
+    maxima = phasing.WindowMaxima.of(peak_load, phasing.longest_run(guarded, pattern.whole))
     fits = phasing.fits(maxima, cap, mult, guarded)
-    peak = phasing.peak_utilisation(peak_load, maxima, cap, mult, pattern.rates)
+    peak = phasing.peak_utilisation(peak_load, maxima, cap, mult, pattern.whole)
     zeros = np.zeros(period)
     if not len(snapshot.contended(links, scaled(mult, int(pattern.rates.max())))):
         # The peaks fit together: no phase can overflow anything.

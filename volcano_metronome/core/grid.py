@@ -147,11 +147,12 @@ def mbps(gbps: float) -> int:
 
 @dataclass(frozen=True, eq=False)
 class Pattern:
-    """A profile laid on the grid: the per-worker rate (Mbps) in each slot of one snapped period."""
+    """A profile laid on the grid: the per-worker rate (Mbps) in each slot of one snapped period, twice."""
 
     period: SnappedPeriod
-    rates: np.ndarray  # int64, shape (period.slots,)
+    rates: np.ndarray  # int64, shape (period.slots,): a slot a window covers in part carries that part of its rate
     guard_slots: int  # jitter expressed in slots; the policy's cushion adds to it when scoring
+    whole: np.ndarray  # int64, shape (period.slots,): every slot a window touches carries its full rate
 
     @property
     def slots(self) -> int:
@@ -160,23 +161,29 @@ class Pattern:
 
 
 def lay_out(profile: Profile, grid: SlotGrid, period: SnappedPeriod | None = None) -> Pattern:
-    """Lay ``profile`` on ``grid`` at ``period`` (default: its snap), rates in Mbps; a slot a window covers in
-    part carries that part of its rate.
+    """Lay ``profile`` on ``grid`` at ``period`` (default: its snap), rates in Mbps: by volume (``rates``, a slot a
+    window covers in part carries that part of its rate) and by the slots it touches (``whole``).
 
-    Whole slots at full rate overstated what short bursts send (up to 33 times in `oversubscribed-racks`), and
-    the core held and locked gangs against collisions the bursts could not have (round 33). The jitter guard
-    still widens every window by whole slots (``dilate``)."""
+    Link loads, overflow and the collisions a gang can expect follow ``rates``: whole slots at full rate
+    overstated what short bursts send (up to 33 times in ``oversubscribed-racks``), and the core held and locked
+    gangs against collisions the bursts could not have (round 33). The guarded fit keeps clear of every slot a
+    burst touches (``whole``, widened by ``dilate``), as it did before."""
     period = period or grid.snap(profile.period_ms, "profile.period_ms")
     rates = np.zeros(period.slots, dtype=np.int64)
+    whole = np.zeros(period.slots, dtype=np.int64)
     for w in profile.windows:
         rate = mbps(w.gbps)
         lo, hi = w.start_ms / grid.slot_ms, (w.start_ms + w.len_ms) / grid.slot_ms
         start = int(math.floor(lo + 1e-9))
         end = min(period.slots, max(int(math.ceil(hi - 1e-9)), start + 1))
-        edges = np.arange(start, end + 1, dtype=float)
-        covered = np.clip(np.minimum(edges[1:], hi) - np.maximum(edges[:-1], lo), 0.0, 1.0)
-        rates[start:end] += np.maximum(1, np.ceil(rate * covered - 1e-6)).astype(np.int64)
-    return Pattern(period, rates, grid.slots(profile.jitter_ms))
+        # Every slot in between is covered whole; only the first and the last can be covered in part. Plain
+        # arithmetic on those two: lay_out runs for every period a decision tries.
+        rates[start:end] += rate
+        whole[start:end] = np.maximum(whole[start:end], rate)
+        for slot in {start, end - 1}:
+            covered = min(max(min(slot + 1.0, hi) - max(float(slot), lo), 0.0), 1.0)
+            rates[slot] += max(1, math.ceil(rate * covered - 1e-6)) - rate
+    return Pattern(period, rates, grid.slots(profile.jitter_ms), whole)
 
 
 def dilate(rates: np.ndarray, slots: int) -> np.ndarray:
