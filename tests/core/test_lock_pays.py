@@ -93,6 +93,21 @@ def test_reoptimisation_never_moves_an_unlocked_gang():
     assert not snap.placed["g2"].locked and not snap.placed["g3"].locked
 
 
+def test_a_free_gang_on_a_much_longer_grid_snap_counts_its_collisions_at_its_own_period():
+    # 8,710 ms snaps to 12,600 (2,520 slots; the divisor of the cap below it is 1,680): laid there, the gang would
+    # seem to burst a third less often than it does running free (fuzz 32962: a moe-gpt gang throttled to that
+    # period took the node set that crossed the thin uplinks more, its collisions underestimated, 1.10 x
+    # volcano-topology's average JCT).
+    snap = empty(two_nodes(), 8)
+    a = gang("a", 2, 5, period=12600.0, start=0.0, length=6000.0)
+    commit(snap, a, decide(snap, a, POLICY))
+    nodes = np.array([0, 1])
+    laid = {p: gang("b", 2, 3, period=p, start=1000.0, length=1500.0) for p in (12600.0, 8710.0)}
+    assert {lay_out(g.profile, snap.grid).slots for g in laid.values()} == {2520}
+    free = {p: score_offsets(snap, g, lay_out(g.profile, snap.grid), nodes, POLICY).free_delay for p, g in laid.items()}
+    assert free[12600.0] > 0 and np.isclose(free[8710.0], free[12600.0] * 12600.0 / 8710.0)
+
+
 @settings(max_examples=40, deadline=None)
 @given(st.data())
 def test_free_delay_is_the_reference_overflow_averaged_over_every_offset(data):
@@ -104,7 +119,9 @@ def test_free_delay_is_the_reference_overflow_averaged_over_every_offset(data):
                  data.draw(st.sampled_from([10.0, 20.0, 30.0])), data.draw(st.sampled_from([40.0, 70.0, 100.0])))
         snap.assume(g, np.array(sorted(nodes)), np.ones(len(nodes), dtype=np.int64),
                     data.draw(st.integers(0, 11)), locked=False)
-    new = gang("new", 2, 1, 60.0, 20.0, data.draw(st.sampled_from([10.0, 30.0])), 100.0)
+    # 57 ms snaps to 60: free, the gang iterates every 57 ms, so its collisions come 60 / 57 as often.
+    period = data.draw(st.sampled_from([60.0, 57.0]))
+    new = gang("new", 2, 1, period, 20.0, data.draw(st.sampled_from([10.0, 30.0])), 100.0)
     pattern = lay_out(new.profile, snap.grid)
     nodes = np.array([0, 1])
     scores = score_offsets(snap, new, pattern, nodes, POLICY)
@@ -112,6 +129,7 @@ def test_free_delay_is_the_reference_overflow_averaged_over_every_offset(data):
     cap = topo.capacity_mbps[links]
     over = reference.added_overflow(snap.rows(links, pattern.slots), cap, mult, pattern.rates)
     expected = float(np.mean([max(over[l, o] / cap[l] for l in range(len(links))) for o in range(pattern.slots)]))
+    expected *= 60.0 / period
     if not len(snap.contended(links, mult * int(pattern.rates.max()))):
         expected = 0.0
     assert np.isclose(scores.free_delay, expected)

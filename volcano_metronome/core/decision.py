@@ -38,7 +38,7 @@ there can phases matter. A gang is *locked* (its runtime aligns to the offset) o
   collide with it aligns) sits at an offset that overflows nowhere, and
 * the collisions that running free would cost (``free_delay``: the overflow the gang adds at a
   random phase, averaged over every offset, drained at the worst link's capacity, counted for both
-  sides of each collision) exceed the padding the lock costs (snapping error plus half the jitter per
+  sides of each collision and as often as the gang iterates free) exceed the padding the lock costs (snapping error plus half the jitter per
   iteration, for the gang and for every neighbour it locks).
 
 Where the gang's own collisions do not pay for the lock, the collisions the gangs of the closure
@@ -575,7 +575,8 @@ class OffsetScores:
     overflow: np.ndarray  # int (P,): Mbps x slots added over the snapshot's span
     peak: np.ndarray  # float (P,)
     tolerated: np.ndarray  # bool (P,): no higher-priority gang loses more than the tolerance
-    free_delay: float = 0.0  # slots per span the worst link needs to drain the overflow, averaged over offsets
+    # Slots per span the worst link needs to drain the overflow, averaged over offsets, as often as it iterates free.
+    free_delay: float = 0.0
 
 
 def score_offsets(snapshot: Snapshot, gang: Gang, pattern: Pattern, nodes: np.ndarray,
@@ -601,6 +602,12 @@ def score_offsets(snapshot: Snapshot, gang: Gang, pattern: Pattern, nodes: np.nd
         return OffsetScores(fits, zeros, zeros.astype(np.int64), peak, np.ones(period, bool))
     per_link = phasing.added_overflow(base, cap, mult, pattern.rates)
     free_delay = float((per_link / cap[:, None]).max(axis=0).mean())
+    if snapshot.grid.snap(pattern.period.requested_ms).slots == pattern.slots:
+        # Free, the gang iterates at its own period, not at the grid snap it is laid on (up to twice as long
+        # for periods of seconds): its collisions come as often as its iterations do. Not at a longer period a
+        # lock is tried at (``_exact``, ``_local``): weighing what those spare at the gang's own period lost on
+        # the regime map (docs/simulator-rounds.md, round 25).
+        free_delay *= pattern.period.ms / pattern.period.requested_ms
     if fits.any():
         # A guarded fit adds no overflow anywhere, so cost is moot for the offsets that matter.
         return OffsetScores(fits, zeros, zeros.astype(np.int64), peak, np.ones(period, bool), free_delay)
