@@ -38,8 +38,8 @@ there can phases matter. A gang is *locked* (its runtime aligns to the offset) o
   collide with it aligns) sits at an offset that overflows nowhere, and
 * the collisions that running free would cost (``free_delay``: the overflow the gang adds at a
   random phase, averaged over every offset, drained at the worst link's capacity, counted for both
-  sides of each collision and as often as the gang iterates free) exceed the padding the lock costs (snapping error plus half the jitter per
-  iteration, for the gang and for every neighbour it locks).
+  sides of each collision and as often as the gang iterates free) exceed the padding the lock costs
+  (snapping error plus half the jitter per iteration, for the gang and for every neighbour it locks).
 
 Where the gang's own collisions do not pay for the lock, the collisions the gangs of the closure
 would spare one another are added (each one's overflow at a random phase against the others,
