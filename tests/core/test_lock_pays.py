@@ -102,9 +102,10 @@ def test_a_free_gang_on_a_much_longer_grid_snap_counts_its_collisions_at_its_own
     a = gang("a", 2, 5, period=12600.0, start=0.0, length=6000.0)
     commit(snap, a, decide(snap, a, POLICY))
     nodes = np.array([0, 1])
-    laid = {p: gang("b", 2, 3, period=p, start=1000.0, length=1500.0) for p in (12600.0, 8710.0)}
-    assert {lay_out(g.profile, snap.grid).slots for g in laid.values()} == {2520}
-    free = {p: score_offsets(snap, g, lay_out(g.profile, snap.grid), nodes, POLICY).free_delay for p, g in laid.items()}
+    gangs = {p: gang("b", 2, 3, period=p, start=1000.0, length=1500.0) for p in (12600.0, 8710.0)}
+    laid = {p: lay_out(g.profile, snap.grid) for p, g in gangs.items()}
+    assert {pattern.slots for pattern in laid.values()} == {2520}
+    free = {p: score_offsets(snap, g, laid[p], nodes, POLICY).free_delay for p, g in gangs.items()}
     assert free[12600.0] > 0 and np.isclose(free[8710.0], free[12600.0] * 12600.0 / 8710.0)
 
 
