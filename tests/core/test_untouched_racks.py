@@ -1,5 +1,5 @@
 """Untouched racks and nodes stay whole: the core offers one only where Volcano's binpack would open one too
-(racks: round 11; nodes, where whole ones are scarce: rounds 26 and 27).
+(racks: round 11; nodes, where whole ones are scarce: rounds 26, 27 and 35).
 
 A fragmented-cluster run found metronome 6.2 % behind volcano-topology with the same offsets policy:
 its alternative racks, chosen for fewer expected collisions on their NICs, opened untouched racks,
@@ -82,6 +82,30 @@ def test_a_gang_shares_a_used_node_instead_of_opening_an_untouched_one_where_who
     assert isinstance(d, Decision) and d.nodes == want, d.nodes
     commit(snap, b, d)
     assert (snap.gangs_on[3] == 0) == scarce
+
+
+def test_whole_nodes_are_judged_scarce_by_what_the_binpack_would_leave():
+    # Round 35 (fuzz 855, drawn profiles): two racks of four 4-GPU nodes; rack 0 is full, a (3 x 2 GPUs) holds
+    # node 4 and half of node 5, and nodes 6 and 7 are untouched: 2 of 8, a quarter, not under SCARCE. b (a's
+    # shape and bursts) fits beside a on node 5 plus node 6, as binpack puts it (leaving node 7 whole), or on
+    # nodes 6 and 7, sharing no NIC and leaving no whole node: the 4-GPU gang that came next then spanned two
+    # half nodes. Scarcity is now judged after the binpack's node set (1 of 8 left): b shares node 5.
+    snap = empty(leaf_spine(2, 4, 50.0, 200.0), 4)
+    snap.assume(gang("full", 4, 4, period=1000.0, start=0.0, length=1.0, gbps=1.0), np.arange(4),
+                np.ones(4, dtype=np.int64), 0, locked=False)
+    a = gang("a", 3, 2, period=200.0, start=60.0, length=120.0, gbps=40.0)
+    snap.assume(a, np.array([4, 5]), np.array([2, 1]), 0, locked=False)
+    assert np.mean(snap.gangs_on == 0) == placement.SCARCE
+    b = gang("b", 3, 2, period=200.0, start=60.0, length=120.0, gbps=40.0)
+    offered = placement.candidates(snap.topology, snap.free_gpus, snap.link_mean, b, 8).primary
+    guarded = placement.candidates(snap.topology, snap.free_gpus, snap.link_mean, b, 8,
+                                   busy=snap.gangs_on > 0).primary
+    assert [6, 7] in [c.nodes.tolist() for c in offered]
+    assert [6, 7] not in [c.nodes.tolist() for c in guarded]
+    d = decide(snap, b, POLICY)
+    assert isinstance(d, Decision) and d.nodes == ("rack-1-node-1", "rack-1-node-2"), d.nodes
+    commit(snap, b, d)
+    assert snap.gangs_on[7] == 0
 
 
 def test_among_partly_used_nodes_the_least_loaded_nics_are_still_offered():

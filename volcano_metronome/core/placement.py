@@ -16,8 +16,9 @@ The bound on the work per decision is ``limit`` node sets (``Policy.max_candidat
    collisions fragmented partly used nodes and queued later gangs longer). A domain that holds no gang
    (``busy``) is offered only where the first, Volcano's, is untouched too: binpacking keeps such domains
    whole for the gangs that need one (round 11). So are nodes where whole ones are scarce (under
-   ``SCARCE`` of the cluster's nodes untouched): a least-loaded node set is then offered only where it opens
-   no more untouched nodes than the binpack of its domain (rounds 26 and 27). Up to two *spanning*
+   ``SCARCE`` of the cluster's nodes untouched once the binpack's node set is placed, round 35): a
+   least-loaded node set is then offered only where it opens no more untouched nodes than the binpack of
+   its domain (rounds 26 and 27). Up to two *spanning*
    candidates, which cross domains but use the least-loaded uplinks or NICs, are kept as
    *secondary*: ``core.decision`` scores them only as a last resort.
 3. If no domain can hold it, up to ``limit`` spanning candidates are primary, Volcano's first (the
@@ -36,9 +37,9 @@ from volcano_metronome.core.model import Gang
 from volcano_metronome.core.topology import Topology
 
 SECONDARY = 2
-#: Whole nodes are scarce below this share of the cluster's nodes untouched. Only then does breaking one open
-#: for fewer collisions cost a later gang its whole node: on a cluster with room to spare, the least-loaded
-#: NICs are the gain (round 27 of docs/simulator-rounds.md).
+#: Whole nodes are scarce below this share of the cluster's nodes untouched, as the binpack would leave them.
+#: Only then does breaking one open for fewer collisions cost a later gang its whole node: on a cluster with
+#: room to spare, the least-loaded NICs are the gain (rounds 27 and 35 of docs/simulator-rounds.md).
 SCARCE = 0.25
 
 
@@ -89,6 +90,7 @@ def candidates(topology: Topology, free_gpus: np.ndarray, link_mean: np.ndarray,
     hold a gang: an untouched domain is offered only where Volcano's binpack would open one too, and, where
     whole nodes are scarce, an untouched node only where it would open as many."""
     room = member_room(free_gpus, gang)
+    untouched = int((~busy).sum()) if busy is not None else 0
     if room.sum() < gang.size:
         usable = int((room > 0).sum())
         return Candidates((), reason=(
@@ -105,7 +107,6 @@ def candidates(topology: Topology, free_gpus: np.ndarray, link_mean: np.ndarray,
     def make(order: np.ndarray, rank: int) -> Candidate:
         return _fill(order, room, gang.size, racks, rank)
 
-    keep_whole = busy if busy is not None and float(np.mean(~busy)) < SCARCE else None
     for tier in range(1, topology.tiers):
         domain = topology.domain_of(tier)
         room_for = max(1, limit - SECONDARY)
@@ -122,11 +123,13 @@ def candidates(topology: Topology, free_gpus: np.ndarray, link_mean: np.ndarray,
         # takes one only where its expected collisions are strictly lower (same domain, same locality).
         # Where whole nodes are scarce, not where it opens more untouched nodes than the binpack: the
         # collisions it avoids last while the neighbour runs, the node it breaks keeps whole-node gangs off it
-        # while this one runs (rounds 26 and 27).
+        # while this one runs (rounds 26 and 27). Scarce as the binpack would leave them (round 35): what a
+        # gang opens counts most where it opens the last whole nodes.
         spread: list[Candidate] = []
         for nodes, binpack in zip(packed, binpacked):
             cand = make(_least_loaded(nodes, room, load), 0)
-            if keep_whole is not None and _untouched(cand, keep_whole) > _untouched(binpack, keep_whole):
+            opens = _untouched(binpack, busy) if busy is not None else 0
+            if busy is not None and _untouched(cand, busy) > opens and untouched - opens < SCARCE * len(busy):
                 continue
             if not _same_as_any(cand, binpacked) and not _same_as_any(cand, spread):
                 spread.append(cand)
