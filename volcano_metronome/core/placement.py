@@ -90,7 +90,6 @@ def candidates(topology: Topology, free_gpus: np.ndarray, link_mean: np.ndarray,
     hold a gang: an untouched domain is offered only where Volcano's binpack would open one too, and, where
     whole nodes are scarce, an untouched node only where it would open as many."""
     room = member_room(free_gpus, gang)
-    untouched = int((~busy).sum()) if busy is not None else 0
     if room.sum() < gang.size:
         usable = int((room > 0).sum())
         return Candidates((), reason=(
@@ -128,8 +127,7 @@ def candidates(topology: Topology, free_gpus: np.ndarray, link_mean: np.ndarray,
         spread: list[Candidate] = []
         for nodes, binpack in zip(packed, binpacked):
             cand = make(_least_loaded(nodes, room, load), 0)
-            opens = _untouched(binpack, busy) if busy is not None else 0
-            if busy is not None and _untouched(cand, busy) > opens and untouched - opens < SCARCE * len(busy):
+            if busy is not None and _breaks_scarce_nodes(cand, binpack, busy):
                 continue
             if not _same_as_any(cand, binpacked) and not _same_as_any(cand, spread):
                 spread.append(cand)
@@ -211,6 +209,13 @@ def _fill(order: np.ndarray, room: np.ndarray, size: int, racks: np.ndarray, ran
 def _untouched(cand: Candidate, busy: np.ndarray) -> int:
     """How many nodes no gang holds ``cand`` would open."""
     return int((~busy[cand.nodes]).sum())
+
+
+def _breaks_scarce_nodes(cand: Candidate, binpack: Candidate, busy: np.ndarray) -> bool:
+    """Whether ``cand`` opens more untouched nodes than ``binpack`` where whole nodes are scarce: fewer than
+    ``SCARCE`` of the cluster's would stay untouched after ``binpack``."""
+    opens = _untouched(binpack, busy)
+    return _untouched(cand, busy) > opens and int((~busy).sum()) - opens < SCARCE * len(busy)
 
 
 def _ranked(cands: list[Candidate], first: int = 0) -> list[Candidate]:
