@@ -18,9 +18,9 @@ The bound on the work per decision is ``limit`` node sets (``Policy.max_candidat
    whole for the gangs that need one (round 11). So are nodes where whole ones are scarce (under
    ``SCARCE`` of the cluster's nodes untouched once the binpack's node set is placed, round 35): a
    least-loaded node set is then offered only where it opens no more untouched nodes than the binpack of
-   its domain (rounds 26 and 27). Up to two *spanning*
-   candidates, which cross domains but use the least-loaded uplinks or NICs, are kept as
-   *secondary*: ``core.decision`` scores them only as a last resort.
+   its domain (rounds 26 and 27). Up to two *spanning* candidates, which cross domains but use the
+   least-loaded uplinks or NICs, are kept as *secondary*: ``core.decision`` scores them only as a last
+   resort.
 3. If no domain can hold it, up to ``limit`` spanning candidates are primary, Volcano's first (the
    roomiest racks, bin-packed inside). A flat cluster (no rack tier) is this case with one domain:
    its candidates are the least-loaded NICs, roomiest first, then Volcano's binpack.
