@@ -120,6 +120,43 @@ def test_a_flat_fabric_is_the_same_nodes_as_one_rack_and_nothing_else():
         fuzz.scenario(0, fabric="torus")
 
 
+def test_drawn_settings_add_settings_and_change_nothing_else():
+    catalog = builtin()
+    seen: dict[str, set] = {}
+    for i in range(150):
+        ours, theirs = fuzz.scenario(i), fuzz.scenario(i, settings="drawn")
+        assert theirs["name"] == f"fuzz-{i}-settings"
+        for key, value in theirs["policy"].items():  # every knob drawn from its choices, or the scenario's own
+            assert value == ours["policy"].get(key) or value in fuzz.POLICY_KNOBS[key], key
+            seen.setdefault(key, set()).add(value)
+        execution = theirs.get("execution", {})
+        assert {k: v for k, v in execution.items() if k not in ("traffic_classes", "classes_from")} == ours.get(
+            "execution", {})
+        seen.setdefault("traffic_classes", set()).add(execution.get("traffic_classes"))
+        seen.setdefault("slot_ms", set()).add(theirs.get("slot_ms"))
+        for job in theirs.get("jobs", []):  # the mix's models in the scenario's own shapes: valid where it is
+            assert job["model"] in ours["generate"]["mix"] and job["priority"] in ours["generate"]["priorities"]
+            assert {"workers": job["workers"], "gpus_per_worker": job["gpus_per_worker"]} in [
+                {k: s[k] for k in ("workers", "gpus_per_worker")} for s in ours["generate"]["shapes"]]
+        seen.setdefault("jobs", set()).add(len(theirs.get("jobs", [])))
+        rest = [{k: v for k, v in d.items() if k not in ("name", "policy", "execution", "slot_ms", "max_hyperperiod_ms",
+                                                         "jobs")} for d in (ours, theirs)]
+        assert rest[0] == rest[1]
+        for execution in fuzz.EXECUTIONS:  # the format takes every draw, also with drawn profiles on a flat fabric
+            parse_sim(fuzz.scenario(i, execution, "drawn", "flat", "drawn"), catalog)
+            parse_sim(fuzz.scenario(i, execution, settings="drawn"), catalog)
+    for key, choices in fuzz.POLICY_KNOBS.items():  # every choice of every knob comes up in 150 scenarios
+        assert set(choices) <= seen[key], key
+    assert seen["traffic_classes"] == {None, *fuzz.TRAFFIC_CLASSES}
+    assert seen["slot_ms"] == {5, *fuzz.SLOTS_MS}
+    assert seen["jobs"] == {0, 1, 2, 3}
+    assert fuzz.settings_summary(fuzz.scenario(3)) == "default"
+    assert fuzz.settings_summary(fuzz.scenario(3, settings="drawn")) == (
+        "ordering=PriorityWithAging cushion_slots=2 max_candidates=1")
+    with pytest.raises(ValueError, match="settings: got 'tuned', expected one of default, drawn"):
+        fuzz.scenario(0, settings="tuned")
+
+
 def quick_run(*extra: str) -> tuple[int, dict, str]:
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
@@ -171,17 +208,21 @@ def test_quick_gives_the_json_and_the_table(tmp_path):
         assert mine["ratios"][key] == report["targets"][key]["value"]
 
 
-@pytest.mark.parametrize(("profiles", "fabric", "name"), [
-    ("drawn", "racks", "fuzz-5-drawn-quick"), ("catalog", "flat", "fuzz-5-flat-quick")])
-def test_the_variants_run_as_simulate_runs_the_file_written(tmp_path, profiles, fabric, name):
-    code, doc, _ = quick_run("--profiles", profiles, "--fabric", fabric, "--start", "5", "--count", "1",
-                             "--write", str(tmp_path))
-    assert code == 0 and (doc["run"]["profiles"], doc["run"]["fabric"]) == (profiles, fabric)
+@pytest.mark.parametrize(("profiles", "fabric", "settings", "name"), [
+    ("drawn", "racks", "default", "fuzz-5-drawn-quick"), ("catalog", "flat", "default", "fuzz-5-flat-quick"),
+    ("catalog", "racks", "drawn", "fuzz-5-settings-quick")])
+def test_the_variants_run_as_simulate_runs_the_file_written(tmp_path, profiles, fabric, settings, name):
+    code, doc, _ = quick_run("--profiles", profiles, "--fabric", fabric, "--settings", settings, "--start", "5",
+                             "--count", "1", "--write", str(tmp_path))
+    assert code == 0 and (doc["run"]["profiles"], doc["run"]["fabric"], doc["run"]["settings"]) == (
+        profiles, fabric, settings)
     [r] = doc["scenarios"]
     assert r["scenario"] == name
     written = yaml.safe_load((tmp_path / "fuzz-5.yaml").read_text())
-    assert written == fuzz.quick(fuzz.scenario(5, profiles=profiles, fabric=fabric))
+    assert written == fuzz.quick(fuzz.scenario(5, profiles=profiles, fabric=fabric, settings=settings))
     assert ("catalog" in written) == (profiles == "drawn") and (written["topology"]["racks"] == 1) == (fabric == "flat")
+    assert r["settings"] == fuzz.settings_summary(written) and (r["settings"] == "default") == (settings == "default")
+    assert r["jobs"] == written["generate"]["count"] + len(written.get("jobs", []))
     report_path = tmp_path / "report.json"
     with contextlib.redirect_stdout(io.StringIO()):
         assert cli_main(["simulate", str(tmp_path / "fuzz-5.yaml"), "--policies", ",".join(regimes.POLICIES),
@@ -284,8 +325,8 @@ def test_a_crash_is_recorded_the_run_goes_on_and_the_exit_code_is_1(monkeypatch)
 def test_a_scenario_the_parser_refuses_is_a_crash_of_the_generator(monkeypatch):
     real = fuzz.scenario
 
-    def scenario(index, execution="any", profiles="catalog", fabric="racks"):
-        data = real(index, execution, profiles, fabric)
+    def scenario(index, execution="any", profiles="catalog", fabric="racks", settings="default"):
+        data = real(index, execution, profiles, fabric, settings)
         if index == 0:
             data["topology"]["nic_gbps"] = -1
         return data

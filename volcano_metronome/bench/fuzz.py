@@ -14,7 +14,9 @@ never locking, and alternative racks that opened untouched racks later gangs nee
 With ``--profiles drawn`` the models are not the catalog's: each scenario declares 1 to 4 profiles of its own
 (a ``catalog:`` key, as a user's measured profiles come), drawn from a generator of their own (``drawn_profiles``),
 so every other draw stays the scenario's. With ``--fabric flat`` the cluster is one rack of all its nodes, as
-the controller sees nodes with no rack label (``flat``).
+the controller sees nodes with no rack label (``flat``). With ``--settings drawn`` what the plain fuzz leaves at
+its defaults is drawn too, from a generator of its own (``drawn_settings``): the slot grid, the QueuePolicy's
+knobs, a fabric of traffic classes and explicit jobs beside the generated ones.
 
 With ``--floor`` every scenario also runs ``volcano-topology`` against itself with one job one
 iteration longer (``sim.floor``): how often one seed leaves the 0.5 % band by chance, to read the
@@ -46,6 +48,7 @@ import yaml
 from volcano_metronome.bench.regimes import NO_HARM_KEYS, POLICIES, fixed, verdicts
 from volcano_metronome.catalog import builtin
 from volcano_metronome.catalog.models import ALL_TO_ALL_MODELS, MODELS
+from volcano_metronome.core.limits import DEFAULT_MAX_HYPERPERIOD_SLOTS, DEFAULT_SLOT_MS
 from volcano_metronome.sim import floor
 from volcano_metronome.sim.report import NO_HARM, SHARED_EXCESS
 from volcano_metronome.sim.runner import simulate
@@ -61,6 +64,23 @@ EXECUTIONS = ("any", "steady", "noisy")
 PROFILES = ("catalog", "drawn")
 #: The cluster's tiers: racks behind oversubscribed uplinks, or one flat rack of the same nodes (``flat``).
 FABRICS = ("racks", "flat")
+#: The scheduler's settings and the format's options: at their defaults, or drawn (``drawn_settings``).
+SETTINGS = ("default", "drawn")
+#: The orderings every scenario draws from (StrictPriority two times in three).
+PLAIN_ORDERINGS = ("StrictPriority", "FIFO", "StrictPriority")
+#: ``drawn_settings``: each QueuePolicy knob is set, to one of these, in about a third of the scenarios.
+POLICY_KNOBS: dict[str, tuple[Any, ...]] = {
+    "ordering": ("PriorityWithAging",),  # the one ``PLAIN_ORDERINGS`` leaves out
+    "aging_per_minute": (0, 0.5, 10),
+    "priority_weight": (0, 1, 16),
+    "cushion_slots": (1, 2, 4),
+    "overflow_tolerance": (0, 0.2, 1),
+    "max_candidates": (1, 2, 32),
+    "lock_on_demand": (False,),
+    "max_hold_s": (0, 15, 600),
+}
+SLOTS_MS = (1, 2, 2.5, 10, 20)
+TRAFFIC_CLASSES = (2, 4, 8)
 QUICK_SCENARIOS, QUICK_COUNT, QUICK_ITERATIONS = 2, 8, [20, 50]
 DEFAULT_COUNT = 20
 #: Where metronome's average JCT comes from, per seed: its own placements against Volcano's binpack, the
@@ -76,17 +96,19 @@ BAND = floor.BAND
 _VT_BOUND = next(bound for name, figure, bound in NO_HARM if (name, figure) == ("volcano-topology", "avg_jct_s"))
 
 
-def scenario(index: int, execution: str = "any", profiles: str = "catalog", fabric: str = "racks") -> dict[str, Any]:
-    """Scenario ``index``: the mapping ``simulate`` reads, a pure function of ``index`` (and the three variants).
+def scenario(index: int, execution: str = "any", profiles: str = "catalog", fabric: str = "racks",
+             settings: str = "default") -> dict[str, Any]:
+    """Scenario ``index``: the mapping ``simulate`` reads, a pure function of ``index`` (and the four variants).
 
     Every draw comes from ``random.Random(index)``, in the same order whatever ``execution`` is, so
     the topology, mix, shapes and arrivals of a scenario are the same under ``any``, ``steady`` and
     ``noisy``; only the execution block differs (``_execution``). ``profiles="drawn"`` replaces the mix
-    with profiles of the scenario's own (``drawn_profiles``), and ``fabric="flat"`` the racks with one rack
-    (``flat``); neither changes anything else.
+    with profiles of the scenario's own (``drawn_profiles``), ``fabric="flat"`` the racks with one rack
+    (``flat``), and ``settings="drawn"`` adds settings left at their defaults otherwise (``drawn_settings``);
+    none changes anything else.
     """
     for name, value, choices in (("execution", execution, EXECUTIONS), ("profiles", profiles, PROFILES),
-                                 ("fabric", fabric, FABRICS)):
+                                 ("fabric", fabric, FABRICS), ("settings", settings, SETTINGS)):
         if value not in choices:
             raise ValueError(f"{name}: got {value!r}, expected one of {', '.join(choices)}")
     rng = random.Random(index)
@@ -118,7 +140,7 @@ def scenario(index: int, execution: str = "any", profiles: str = "catalog", fabr
     data: dict[str, Any] = {
         "name": f"fuzz-{index}" + ("" if execution == "any" else f"-{execution}"),
         "seeds": 1, "slot_ms": 5, "topology": topology,
-        "policy": {"ordering": rng.choice(["StrictPriority", "FIFO", "StrictPriority"])},
+        "policy": {"ordering": rng.choice(PLAIN_ORDERINGS)},
         "generate": {"count": count, "seed": rng.randint(0, 10**6),
                      "arrival": {"process": "poisson", "rate_per_min": rate},
                      "mix": mix, "shapes": shapes, "iterations": [rng.choice([50, 200]), rng.choice([300, 800])],
@@ -133,6 +155,8 @@ def scenario(index: int, execution: str = "any", profiles: str = "catalog", fabr
     if fabric == "flat":
         data["name"] += "-flat"
         data["topology"] = flat(topology)
+    if settings == "drawn":
+        data = drawn_settings(data, random.Random(f"fuzz-settings-{index}"))  # not ``rng``, as the profiles
     return data
 
 
@@ -169,6 +193,50 @@ def drawn_profiles(rng: random.Random) -> dict[str, dict[str, Any]]:
                                  "collective": rng.choice(["ring", "ring", "all-to-all"]),
                                  "derivation": "drawn by bench fuzz --profiles drawn: a shape, not a model"}
     return entries
+
+
+def drawn_settings(data: Mapping[str, Any], rng: random.Random) -> dict[str, Any]:
+    """``data`` with what the plain fuzz leaves at its defaults drawn too, each in about a third of the scenarios:
+    the slot (``SLOTS_MS``), every QueuePolicy knob on its own (``POLICY_KNOBS``), a fabric serving 2, 4 or 8
+    traffic classes in strict priority (the classes each policy published, or by start order), and 1 to 3
+    explicit jobs (``explicit-K``) of the mix's models and the scenario's shapes, arriving while the generated
+    ones do. Settings a user may choose, not defaults, so the do-no-harm figures are what they cost."""
+    out = {**data, "name": f"{data['name']}-settings", "policy": dict(data.get("policy", {}))}
+    if rng.random() < 1 / 3:
+        out["slot_ms"] = slot = rng.choice(SLOTS_MS)
+        if slot < DEFAULT_SLOT_MS:  # the default cap is in slots: keep its 25.2 s, which every drawn model fits
+            out["max_hyperperiod_ms"] = DEFAULT_SLOT_MS * DEFAULT_MAX_HYPERPERIOD_SLOTS
+    for key, choices in POLICY_KNOBS.items():
+        if rng.random() < 1 / 3:
+            out["policy"][key] = rng.choice(choices)
+    if rng.random() < 1 / 3:
+        out["execution"] = {**data.get("execution", {}), "traffic_classes": rng.choice(TRAFFIC_CLASSES),
+                            "classes_from": rng.choice(["scheduler", "start-order"])}
+    if rng.random() < 1 / 3:
+        generate = data["generate"]
+        span_s = 60.0 * generate["count"] / generate["arrival"]["rate_per_min"]
+        out["jobs"] = [{"name": f"explicit-{k}", "arrival_s": round(rng.uniform(0.0, span_s), 1),
+                        "model": rng.choice(sorted(generate["mix"])),
+                        "workers": (shape := rng.choice(generate["shapes"]))["workers"],
+                        "gpus_per_worker": shape["gpus_per_worker"],
+                        "iterations": rng.randint(*generate["iterations"]),
+                        "priority": rng.choice(sorted(generate["priorities"]))}
+                       for k in range(rng.randint(1, 3))]
+    return out
+
+
+def settings_summary(data: Mapping[str, Any]) -> str:
+    """The settings ``drawn_settings`` may draw that a scenario sets, as ``key=value``; ``default`` where none."""
+    policy = data.get("policy", {})
+    execution = data.get("execution", {})
+    parts = [f"slot_ms={data['slot_ms']:g}"] if data.get("slot_ms", DEFAULT_SLOT_MS) != DEFAULT_SLOT_MS else []
+    parts += [f"{key}={policy[key]}" for key in POLICY_KNOBS
+              if key in policy and (key != "ordering" or policy[key] not in PLAIN_ORDERINGS)]
+    if "traffic_classes" in execution:
+        parts.append(f"classes={execution['traffic_classes']}/{execution['classes_from']}")
+    if data.get("jobs"):
+        parts.append(f"jobs={len(data['jobs'])}")
+    return " ".join(parts) or "default"
 
 
 def _execution(rng: random.Random, index: int, execution: str) -> dict[str, Any]:
@@ -237,7 +305,8 @@ def execution_summary(block: Mapping[str, Any] | None) -> str:
 
 
 def run_one(index: int, seeds: int, execution: str = "any", small: bool = False,
-            with_floor: bool = False, profiles: str = "catalog", fabric: str = "racks") -> dict[str, Any]:
+            with_floor: bool = False, profiles: str = "catalog", fabric: str = "racks",
+            settings: str = "default") -> dict[str, Any]:
     """Generate, parse and simulate scenario ``index``: its row, or a crash record (never raises).
 
     ``with_floor``: the row also carries ``volcano-topology`` against itself, one job one iteration
@@ -246,7 +315,7 @@ def run_one(index: int, seeds: int, execution: str = "any", small: bool = False,
     data: dict[str, Any] | None = None
     stage = "generate"
     try:
-        data = scenario(index, execution, profiles, fabric)
+        data = scenario(index, execution, profiles, fabric, settings)
         if small:
             data = quick(data)
         stage = "parse"  # a refusal here is the generator's bug: it wrote a scenario the format rejects
@@ -299,8 +368,9 @@ def row(index: int, data: Mapping[str, Any], report: Mapping[str, Any], load: fl
         "scenario": data["name"],
         "topology": topology_summary(data["topology"]),
         "execution": execution_summary(data.get("execution")),
+        "settings": settings_summary(data),
         "models": sorted(data["generate"]["mix"]),
-        "jobs": data["generate"]["count"],
+        "jobs": data["generate"]["count"] + len(data.get("jobs", [])),
         "offered_load": round(load, 3),
         "seeds": list(report["seeds"]),
         "policies": {name: {k: f.get(k) for k in ("avg_jct_s", "p99_jct_s", "contention_excess")}
@@ -422,20 +492,21 @@ def table(rows: Sequence[Mapping[str, Any]], crashes: Sequence[Mapping[str, Any]
 
 def run(indices: Sequence[int], seeds: int, execution: str = "any", small: bool = False,
         say: bool = True, with_floor: bool = False, profiles: str = "catalog",
-        fabric: str = "racks") -> dict[str, Any]:
+        fabric: str = "racks", settings: str = "default") -> dict[str, Any]:
     """Run every scenario of ``indices``; the JSON document."""
     rows: list[dict[str, Any]] = []
     crashes: list[dict[str, Any]] = []
     for n, index in enumerate(indices):
-        entry = run_one(index, seeds, execution, small, with_floor=with_floor, profiles=profiles, fabric=fabric)
+        entry = run_one(index, seeds, execution, small, with_floor=with_floor, profiles=profiles, fabric=fabric,
+                        settings=settings)
         (crashes if "error" in entry else rows).append(entry)
         if say:
             what = f"CRASH {entry['error'][:120]}" if "error" in entry else "ok"
             print(f"[{n + 1}/{len(indices)}] {entry['scenario']}: {what}, {entry['cpu_s']} s of CPU",
                   file=sys.stderr, flush=True)
     return {"run": {"indices": list(indices), "seeds": seeds, "execution": execution, "quick": small,
-                    "floor": with_floor, "profiles": profiles, "fabric": fabric, "policies": list(POLICIES),
-                    "models": list(MODEL_NAMES)},
+                    "floor": with_floor, "profiles": profiles, "fabric": fabric, "settings": settings,
+                    "policies": list(POLICIES), "models": list(MODEL_NAMES)},
             "scenarios": rows, "crashes": crashes, "summary": summary(rows, crashes)}
 
 
@@ -456,6 +527,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fabric", choices=FABRICS, default="racks",
                         help="racks (as drawn) or flat (the same nodes as one rack, no uplinks; the other draws "
                              "unchanged)")
+    parser.add_argument("--settings", choices=SETTINGS, default="default",
+                        help="default (the scheduler's defaults, 5 ms slots, a fair fabric, generated jobs only) or "
+                             "drawn (the slot, the QueuePolicy's knobs, traffic classes and explicit jobs drawn too; "
+                             "the other draws unchanged)")
     parser.add_argument("--quick", action="store_true",
                         help=f"a test: {QUICK_SCENARIOS} scenarios of {QUICK_COUNT} jobs of {QUICK_ITERATIONS[0]} "
                              f"to {QUICK_ITERATIONS[1]} iterations")
@@ -477,11 +552,11 @@ def main(argv: list[str] | None = None) -> int:
         folder = pathlib.Path(args.write)
         folder.mkdir(parents=True, exist_ok=True)
         for index in indices:
-            data = scenario(index, args.execution, args.profiles, args.fabric)
+            data = scenario(index, args.execution, args.profiles, args.fabric, args.settings)
             (folder / f"fuzz-{index}.yaml").write_text(scenario_yaml(quick(data) if args.quick else data),
                                                        encoding="utf-8")
     doc = run(indices, args.seeds, args.execution, args.quick, with_floor=args.floor, profiles=args.profiles,
-              fabric=args.fabric)
+              fabric=args.fabric, settings=args.settings)
     text = table(doc["scenarios"], doc["crashes"], doc["summary"])
     if args.json:
         print(json.dumps(doc, indent=2))
