@@ -52,7 +52,7 @@ from volcano_metronome.core.limits import DEFAULT_MAX_HYPERPERIOD_SLOTS, DEFAULT
 from volcano_metronome.sim import floor
 from volcano_metronome.sim.report import NO_HARM, SHARED_EXCESS
 from volcano_metronome.sim.runner import simulate
-from volcano_metronome.sim.workload import offered_load, parse_sim
+from volcano_metronome.sim.workload import CLASSES_FROM, offered_load, parse_sim
 
 #: The catalog's models in the order it defines them (``Catalog.names()`` sorts): ``rng.sample``
 #: draws from this sequence, so its order is part of every scenario. A model added to the catalog
@@ -157,6 +157,7 @@ def scenario(index: int, execution: str = "any", profiles: str = "catalog", fabr
         data["topology"] = flat(topology)
     if settings == "drawn":
         data = drawn_settings(data, random.Random(f"fuzz-settings-{index}"))  # not ``rng``, as the profiles
+        data["name"] += "-settings"
     return data
 
 
@@ -201,7 +202,7 @@ def drawn_settings(data: Mapping[str, Any], rng: random.Random) -> dict[str, Any
     traffic classes in strict priority (the classes each policy published, or by start order), and 1 to 3
     explicit jobs (``explicit-K``) of the mix's models and the scenario's shapes, arriving while the generated
     ones do. Settings a user may choose, not defaults, so the do-no-harm figures are what they cost."""
-    out = {**data, "name": f"{data['name']}-settings", "policy": dict(data.get("policy", {}))}
+    out = {**data, "policy": dict(data.get("policy", {}))}
     if rng.random() < 1 / 3:
         out["slot_ms"] = slot = rng.choice(SLOTS_MS)
         if slot < DEFAULT_SLOT_MS:  # the default cap is in slots: keep its 25.2 s, which every drawn model fits
@@ -211,7 +212,7 @@ def drawn_settings(data: Mapping[str, Any], rng: random.Random) -> dict[str, Any
             out["policy"][key] = rng.choice(choices)
     if rng.random() < 1 / 3:
         out["execution"] = {**data.get("execution", {}), "traffic_classes": rng.choice(TRAFFIC_CLASSES),
-                            "classes_from": rng.choice(["scheduler", "start-order"])}
+                            "classes_from": rng.choice(CLASSES_FROM)}
     if rng.random() < 1 / 3:
         generate = data["generate"]
         span_s = 60.0 * generate["count"] / generate["arrival"]["rate_per_min"]
