@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 import numpy as np
+import pytest
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
@@ -166,6 +167,8 @@ def test_a_lock_moves_the_provisional_offsets_of_the_free_gangs_it_takes_along()
     d = decide(snap, new, POLICY)
     assert isinstance(d, Decision) and d.locked and set(d.locks) == {"g0", "g1"}
     assert d.relocations and d.overflow_gbps_ms == 0.0
+    # Its fit and peak are judged where g1 moves to: it fits there at line rate (judged where g1 had been, it did not).
+    assert d.feasible and d.peak_utilisation == 1.0
     commit(snap, new, d)
     assert all(snap.placed[u].locked and snap.clean(u) for u in ("g0", "g1", "new"))
     assert total_overflow(snap) == 0
@@ -193,6 +196,7 @@ def test_a_newcomer_beside_locked_gangs_with_no_clean_offset_re_arranges_them_an
     d = decide(snap, new, POLICY)
     assert isinstance(d, Decision) and d.locked and d.locks == () and d.overflow_gbps_ms == 0.0
     assert d.relocations and {u for u, _ in d.relocations} <= {"g0", "g1"}
+    assert d.feasible and d.peak_utilisation == 1.0  # where they are re-arranged to
     assert snap.placed["g1"].offset == 3  # deciding changes nothing: commit does
     commit(snap, new, d)
     assert all(snap.placed[u].locked and snap.clean(u) for u in ("g0", "g1", "new"))
@@ -239,3 +243,8 @@ def test_a_re_arrangement_leaves_every_locked_gang_clean_and_moves_nothing_when_
     assert all(snap.placed[u].locked and snap.placed[u].offset == before[u][0] for u in before if u not in moved)
     if d.locked:
         assert all(snap.clean(u) for u in snap.placed)  # the newcomer and every locked gang, moved or not
+    # The fit and peak it reports are the newcomer's where everyone ends up, as a fresh scoring finds them.
+    placed = snap.forget("new")
+    scores = score_offsets(snap, new, placed.pattern, placed.nodes, POLICY, placed.members)
+    assert d.feasible == bool(scores.fits[d.offset_slots])
+    assert d.peak_utilisation == pytest.approx(float(scores.peak[d.offset_slots]))

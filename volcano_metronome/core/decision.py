@@ -500,16 +500,16 @@ def _settle(snapshot: Snapshot, gang: Gang, best: _Scored, policy: Policy, earli
         return _decision(snapshot, gang, dataclasses.replace(best, lock=whole))
     # Moving only the free gangs first; then, as CASSINI re-arranges every job on a link when one arrives,
     # the locked neighbours too (each re-anchors once, a period at most, against collisions every iteration).
-    moved = _relocate(snapshot, gang, pattern, best, policy) if lock.closure else None
-    if moved is None and (locked := _locked_neighbours(snapshot, gang, best)):
-        moved = _relocate(snapshot, gang, pattern, best, policy, locked)
-    if moved is None:
+    found = _relocate(snapshot, gang, pattern, best, policy) if lock.closure else None
+    if found is None and (locked := _locked_neighbours(snapshot, gang, best)):
+        found = _relocate(snapshot, gang, pattern, best, policy, locked)
+    if found is None:
         return _decision(snapshot, gang, best)
+    moved, scores = found
     offset = moved.pop(gang.uid)
     best = dataclasses.replace(best, offset=offset, lateness=(offset - earliest) % pattern.slots,
-                               feasible=bool(score_offsets(snapshot, gang, pattern, best.candidate.nodes,
-                                                           policy, best.candidate.members).fits[offset]),
-                               cost=0.0, overflow=0, lock=whole)
+                               feasible=bool(scores.fits[offset]), cost=0.0, overflow=0,
+                               peak=float(scores.peak[offset]), lock=whole)
     return dataclasses.replace(_decision(snapshot, gang, best), relocations=tuple(sorted(
         (uid, o) for uid, o in moved.items() if o != snapshot.placed[uid].offset)))
 
@@ -541,29 +541,34 @@ def _locked_neighbours(snapshot: Snapshot, gang: Gang, best: _Scored) -> tuple[s
 
 
 def _relocate(snapshot: Snapshot, gang: Gang, pattern: Pattern, best: _Scored, policy: Policy,
-              locked: tuple[str, ...] = ()) -> dict[str, int] | None:
+              locked: tuple[str, ...] = ()) -> tuple[dict[str, int], OffsetScores] | None:
     """Offsets for the gang, the unlocked gangs its lock takes along and the ``locked`` gangs given, at which
-    none of them overflows, or None. The free gangs' offsets are provisional, so they may move before they
-    lock: re-optimisation over just these gangs, every other gang frozen; the snapshot is left as it was."""
+    none of them overflows, and the gang's scores beside the others where they moved to (its guarded fit and
+    peak there); or None. The free gangs' offsets are provisional, so they may move before they lock:
+    re-optimisation over just these gangs, every other gang frozen; the snapshot is left as it was."""
     from volcano_metronome.core.reoptimize import reoptimise  # it scores with this module's kernels
 
     movable = (gang.uid,) + best.lock.closure + locked
     saved = {uid: (snapshot.placed[uid].offset, snapshot.placed[uid].locked) for uid in best.lock.closure + locked}
+    scores: OffsetScores | None = None
     snapshot.assume(gang, best.candidate.nodes, best.candidate.members, best.offset, pattern, hold_gpus=False)
     for uid in best.lock.closure:
         snapshot.lock(uid)
     try:
         reoptimise(snapshot, policy, max_moves=len(movable), max_passes=3,
                    frozen=frozenset(snapshot.placed) - frozenset(movable))
-        ok = all(snapshot.clean(uid) for uid in movable)
         found = {uid: snapshot.placed[uid].offset for uid in movable}
+        if all(snapshot.clean(uid) for uid in movable):
+            snapshot.forget(gang.uid)
+            scores = score_offsets(snapshot, gang, pattern, best.candidate.nodes, policy, best.candidate.members)
     finally:
-        snapshot.forget(gang.uid)
+        if gang.uid in snapshot.placed:
+            snapshot.forget(gang.uid)
         for uid, (offset, was_locked) in saved.items():
             placed = snapshot.forget(uid)
             snapshot.assume(placed.gang, placed.nodes, placed.members, offset, placed.pattern, placed.holds_gpus,
                             locked=was_locked)
-    return found if ok else None
+    return None if scores is None else (found, scores)
 
 
 @dataclass(frozen=True, eq=False)

@@ -6,9 +6,10 @@ Per cycle: the pending gangs with room (``common.placeable``), in the QueuePolic
 room a held gang waits for is counted, ``core.holding.passes``) against the live
 ``core.snapshot.Snapshot``, else assumed with
 ``core.cycle.commit`` (this is ``core.cycle.schedule`` unrolled so that each decision is timed on its
-own). Then, if the links touched by this cycle's placements or by departures since the
-last cycle carry overflow, ``core.reoptimize.reoptimise`` moves offsets of the gangs on those links
-(bounded moves and passes; every other gang is frozen). Completions call ``Snapshot.forget``.
+own). Then, if the links touched by this cycle's placements without a guarded fit or that moved their
+neighbours, or by departures since the last cycle, carry overflow, ``core.reoptimize.reoptimise`` moves
+offsets of the gangs on those links (bounded moves and passes; every other gang is frozen). Completions
+call ``Snapshot.forget``.
 Decision and re-optimisation latencies are measured here with ``time.perf_counter`` (the core has
 no clock). A gang that loads no link gets no offset: its runtime has nothing to align.
 
@@ -109,7 +110,10 @@ class Metronome(SimPolicy):
             self._count(result, links)
             commit(self.snapshot, gang, result)
             self._track(gang.uid, links)
-            if not result.feasible:
+            if not result.feasible or result.relocations:
+                # Re-optimised where the placement has no guarded fit, or where it moved gangs on its links (their
+                # phases changed there): the rule every round since round 9 measured, when a moved gang's decision
+                # was judged infeasible against where its neighbours had been (docs/simulator-rounds.md, round 38).
                 self.dirty.update(links.tolist())
             self.counts["relocations"] += len(result.relocations)
             self.counts["locks"] += len(result.locks)
