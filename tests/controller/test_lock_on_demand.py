@@ -110,6 +110,8 @@ def test_a_gang_alone_runs_free_and_a_gang_sharing_its_nics_locks_it(fake: FakeA
     converge(controller(fake))
     first = claim(fake, "a")["status"]
     assert first["locked"] is False and len(first["nodes"]) == 2
+    placed = next(c for c in first["conditions"] if c["type"] == "Placed")
+    assert "shares no contended link: runs free" in placed["message"]
     assert_pods_follow(fake, "a")  # the period only: its runtime runs free
 
     add_gang(fake, "b")

@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 from tests.core import reference
 from tests.core.builders import empty, gang, two_nodes
 from volcano_metronome.core.cycle import commit, schedule
-from volcano_metronome.core.decision import Decision, NoFit, decide
-from volcano_metronome.core.grid import dilate, lay_out
+from volcano_metronome.core.decision import OVERFILL, Decision, NoFit, decide, free_reason
+from volcano_metronome.core.grid import SlotGrid, dilate, lay_out
 from volcano_metronome.core.model import Policy
 from volcano_metronome.core.ordering import order
 from volcano_metronome.core.topology import leaf_spine
@@ -241,6 +241,51 @@ def test_without_lock_on_demand_every_gang_is_locked():
     snap = empty(two_nodes(), 8)
     d = decide(snap, gang("a", 2, 5), Policy(lock_on_demand=False))
     assert d.locked and d.locks == ()
+
+
+def test_without_lock_on_demand_a_short_iteration_on_long_slots_runs_free():
+    # 6 ms iterations on 20 ms slots: a lock would hold each to 20 ms, 233 % longer (OVERFILL: 50 %).
+    slots = SlotGrid.from_ms(20.0)
+    always = Policy(lock_on_demand=False)
+    snap = empty(two_nodes(), 8, slots)
+    short = gang("short", 2, 5, period=6.0, start=1.0, length=2.0)
+    d = decide(snap, short, always)
+    assert isinstance(d, Decision) and not d.locked and d.period_ms == 20.0 and d.snapping_error > OVERFILL
+    commit(snap, short, d)
+    # A gang sharing its NICs is locked at its own grid snap (200 ms), and its lock does not take the short one along.
+    long = gang("long", 2, 3, period=200.0)
+    d = decide(snap, long, always)
+    assert isinstance(d, Decision) and d.locked and d.locks == () and d.period_ms == 200.0
+    commit(snap, long, d)
+    assert not snap.placed["short"].locked and snap.placed["long"].locked
+
+
+def test_why_a_gang_runs_free_is_said():
+    snap = empty(two_nodes(), 8, SlotGrid.from_ms(20.0))
+    short = decide(snap, gang("short", 2, 5, period=6.0, start=1.0, length=2.0), Policy(lock_on_demand=False))
+    assert isinstance(short, Decision)
+    assert free_reason(short) == "runs free: the grid would hold its iterations to 20 ms, 233% longer (at most 50%)"
+    snap = empty(two_nodes(), 8)
+    high = gang("high", 2, 5, start=0.0, length=150.0, priority=10)
+    alone = decide(snap, high, POLICY)
+    assert isinstance(alone, Decision) and free_reason(alone).startswith("shares no contended link: runs free")
+    commit(snap, high, alone)
+    # Every offset overflows (as above): no lock can be taken, so it runs free.
+    low = decide(snap, gang("low", 2, 3, start=0.0, length=100.0, priority=1), Policy(overflow_tolerance=0.0))
+    assert isinstance(low, Decision) and not low.locked and low.free_delay_ms > 0
+    assert free_reason(low).startswith("runs free: a lock on its contended links would overflow, or pad more than it "
+                                       "spares (collisions expected: ")
+
+
+def test_without_lock_on_demand_a_gang_that_runs_free_is_not_refused_by_the_tolerance():
+    slots = SlotGrid.from_ms(20.0)
+    snap = empty(two_nodes(), 8, slots)
+    high = gang("high", 2, 5, period=200.0, start=0.0, length=150.0, priority=10)
+    commit(snap, high, decide(snap, high, Policy(lock_on_demand=False)))
+    # Its burst overflows the NICs at its only offset; free, its phase is not ours, so it is not held back.
+    low = gang("low", 2, 3, period=6.0, start=1.0, length=4.0, priority=1)
+    d = decide(snap, low, Policy(overflow_tolerance=0.0, lock_on_demand=False))
+    assert isinstance(d, Decision) and not d.locked and not d.feasible
 
 
 def test_gangs_that_cannot_collide_are_not_locked():

@@ -59,6 +59,17 @@ def test_cassini_keeps_aligning_every_gang(sanity: SimScenario) -> None:
     assert a.aligned_iterations == 40 and a.padded_s == pytest.approx(39 * SNAPPING_S)
 
 
+@pytest.mark.parametrize("policy", ["metronome", "cassini"])
+def test_a_short_iteration_that_a_lock_would_pad_by_more_than_half_runs_free(sanity: SimScenario,
+                                                                            policy: str) -> None:
+    # 6 ms iterations snap to 10 ms on 5 ms slots (OVERFILL: 50 %): aligned, every iteration would wait 4 ms.
+    short = Profile(6.0, (Window(1.0, 2.0, 100.0),), 0.0)
+    jobs = [JobSpec("short", 0.0, 2, 5, 400, 0, short), spec("long", 0.1, 3, 40)]  # on both nodes: NICs shared
+    result = by_name(run(sanity, jobs, policy=policy, lock_on_demand=False))
+    assert result["short"].aligned_iterations == 0 and result["short"].padded_s == 0.0
+    assert result["long"].aligned_iterations == 40  # beside it, the 190 ms gang is aligned as before
+
+
 def test_a_gang_sharing_the_nics_locks_both_they_interleave_and_departure_unlocks(sanity: SimScenario) -> None:
     result = run(sanity, [spec("a", 0.0, 6, 40), spec("b", 1.0, 2, 10)])
     jobs = by_name(result)

@@ -57,7 +57,7 @@ from volcano_metronome.controller.views import (GANG_API_VERSIONS, HELD_SINCE, P
                                                 ClaimView, GangKey, GangView, PodView, World)
 from volcano_metronome.controller.owners import owning_jobs
 from volcano_metronome.controller.settings import Settings
-from volcano_metronome.core.decision import Decision, NoFit
+from volcano_metronome.core.decision import Decision, NoFit, free_reason
 from volcano_metronome.core.errors import InvalidInput
 from volcano_metronome.core.placement import member_room
 from volcano_metronome.core.reoptimize import Move
@@ -275,8 +275,7 @@ def _place(gang: GangView, d: Decision, settings: Settings, now_s: float, now_ms
     message = (f"{gang.size} members on {len(d.nodes)} node(s) {', '.join(d.nodes)}; offset {offset:g} ms of "
                f"{d.period_ms:g} ms; " + ("feasible" if d.feasible else
                                           f"predicted overflow {d.overflow_gbps_ms:.3g} Gbps*ms per period")
-               + ("" if locked else "; shares no contended link: runs free until a gang placed on its "
-                                       "links could collide with it")
+               + ("" if locked else f"; {free_reason(d)}")
                + _class_note(klass, env, len(classes)))
     conds = objects.set_condition(prior, PLACED, "True", PLACED, message, now_s)
     conds = objects.set_condition(conds, NOFIT, "False", PLACED, "placed", now_s)

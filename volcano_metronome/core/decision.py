@@ -13,7 +13,7 @@ every shared link together. Choice, in order:
    higher-priority gang on any link, the least cost: added overflow plus ``priority_weight`` times
    the bandwidth taken from higher-priority gangs; ties as above;
 3. otherwise, with lock on demand, the least cost among all offsets, and the gang runs free;
-   without it: no fit.
+   without it: no fit (or free, where the gang would not be locked: see below).
 
 Priority protection (2.) governs the phases we enforce. With lock on demand a gang is locked only
 at an offset that adds no overflow, which takes nothing from any gang, so a locked gang always meets
@@ -25,6 +25,12 @@ the least), waiting a whole job to spare another gang a share of its communicati
 demand every gang is locked, so the tolerance decides admission (``NoFit`` when no offset meets it).
 The one wait with lock on demand is bounded and for heavy collisions only: ``core.holding``, applied by
 the caller to the decision returned here.
+
+Without lock on demand no gang is locked at a period more than ``OVERFILL`` longer than its own
+(``overpadded``): a short iteration on long slots (6 ms on 20 ms slots is held to 20 ms) would be padded by
+more than any lock the weighing below ever takes. Such a gang runs free, is not refused by the tolerance (its
+phase is not ours), and no other gang's lock takes it along (round 39 of docs/simulator-rounds.md). With lock
+on demand the weighing decides, for it as for every gang a lock takes along.
 
 Lock on demand (``Policy.lock_on_demand``): aligning bursts to a slot costs a gang the padding up
 to its snapped period, which buys nothing unless its bursts could collide with another gang's. A
@@ -662,7 +668,7 @@ def _score(snapshot: Snapshot, gang: Gang, pattern: Pattern, cand: Candidate, po
     scores = score_offsets(snapshot, gang, pattern, cand.nodes, policy, cand.members)
     offsets = np.flatnonzero(scores.tolerated | scores.fits)
     if not len(offsets):
-        if not policy.lock_on_demand:
+        if not policy.lock_on_demand and not overpadded(pattern):
             return None
         # Priority protection bounds the phases we enforce. A lock needs an offset that adds no
         # overflow, which takes nothing from anyone, so here the gang would run free: its phase is not
@@ -680,6 +686,23 @@ def _score(snapshot: Snapshot, gang: Gang, pattern: Pattern, cand: Candidate, po
                          policy), pattern)
 
 
+def overpadded(pattern: Pattern) -> bool:
+    """Whether ``pattern``'s period is more than ``OVERFILL`` longer than the gang's own: no lock holds it there
+    unweighed (module docstring)."""
+    return pattern.period.error > OVERFILL
+
+
+def free_reason(d: Decision) -> str:
+    """Why decision ``d`` runs free, in words for its claim (``d.locked`` false)."""
+    if d.free_delay_ms == 0.0 and d.padding_ms == 0.0:
+        return "shares no contended link: runs free until a gang placed on its links could collide with it"
+    if not math.isfinite(d.padding_ms) and d.snapping_error > OVERFILL:
+        return (f"runs free: the grid would hold its iterations to {d.period_ms:g} ms, "
+                f"{d.snapping_error:.0%} longer (at most {OVERFILL:.0%})")
+    collisions = f" (collisions expected: {d.free_delay_ms:.3g} ms per hyperperiod)" if d.free_delay_ms else ""
+    return f"runs free: a lock on its contended links would overflow, or pad more than it spares{collisions}"
+
+
 def padding_ms(gang: Gang, pattern: Pattern, span: int) -> float:
     """What holding ``gang`` to its snapped period costs over ``span`` slots: snapping error plus half the jitter."""
     per_iteration = pattern.period.ms - gang.profile.period_ms + gang.profile.jitter_ms / 2.0
@@ -692,7 +715,10 @@ def _lock(snapshot: Snapshot, gang: Gang, pattern: Pattern, nodes: np.ndarray, m
     module docstring."""
     links, extra, neighbours = _contended(snapshot, gang, pattern, nodes, members)
     if not policy.lock_on_demand:
-        return _Lock(True, tuple(sorted(u for u in neighbours if not snapshot.placed[u].locked)), 0.0, 0.0)
+        if overpadded(pattern):
+            return _Lock(False, (), 0.0, math.inf)  # no lock on offer
+        return _Lock(True, tuple(sorted(u for u in neighbours if not snapshot.placed[u].locked
+                                        and not overpadded(snapshot.placed[u].pattern))), 0.0, 0.0)
     if not neighbours:
         return _Lock(False, (), 0.0, 0.0)
     closure = _unlocked_closure(snapshot, neighbours, links, extra)

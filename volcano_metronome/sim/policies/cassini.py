@@ -18,6 +18,9 @@ is the host scheduler's, i.e. the scenario's (``common.queue_order``); no priori
 placement rule, no re-optimisation on departures. Offsets live on the same slot grid as the core's.
 Where CASSINI's rule leaves a tie (several rotations with the least overflow, or no shared link at
 all), the rotation whose first slot comes soonest wins, as for ``metronome`` (``common.first_slot``).
+A gang whose grid snap would pad its iteration by more than ``core.decision.OVERFILL`` (a short iteration on long
+slots) runs free and is never shifted, as ``metronome`` leaves it without lock on demand: CASSINI shifts a job's
+start, it does not hold a 6 ms iteration to a 20 ms slot (round 39 of docs/simulator-rounds.md).
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from typing import Sequence
 import numpy as np
 
 from volcano_metronome.core import phasing
+from volcano_metronome.core.decision import overpadded
 from volcano_metronome.core.grid import Pattern, lay_out
 from volcano_metronome.core.snapshot import Snapshot
 from volcano_metronome.core.traffic import loaded_links, scaled
@@ -61,6 +65,7 @@ class Cassini(SimPolicy):
         self.on_link: dict[int, set[str]] = {}
         self.links_of: dict[str, list[int]] = {}
         self._shifts: list[tuple[str, float | None]] = []
+        self.free: set[str] = set()  # gangs never shifted (``overpadded``)
         self.counts = {"decisions": 0, "sharing": 0, "looped_all": 0, "discarded_loops": 0, "shifted": 0}
 
     def schedule(self, now: float, pending: Sequence[JobSpec]) -> list[Placement]:
@@ -77,6 +82,7 @@ class Cassini(SimPolicy):
     def release(self, now: float, uid: str) -> None:
         """Forget the gang's load and GPUs."""
         self.snapshot.forget(uid)
+        self.free.discard(uid)
         for link in self.links_of.pop(uid):
             self.on_link[link].discard(uid)
 
@@ -139,7 +145,9 @@ class Cassini(SimPolicy):
         self.links_of[gang.uid] = physical
         for link in physical:
             self.on_link.setdefault(link, set()).add(gang.uid)
-        if not len(links):
+        if overpadded(pattern):
+            self.free.add(gang.uid)
+        if not len(links) or gang.uid in self.free:
             return Placement(gang.uid, nodes, members)
         return Placement(gang.uid, nodes, members, offset * snap.grid.slot_ms, pattern.period.ms)
 
@@ -178,7 +186,7 @@ class Cassini(SimPolicy):
 
     def _rotate_component(self, component: dict[str, int], label: int, delta: int) -> None:
         snap = self.snapshot
-        for uid in [u for u, c in component.items() if c == label]:
+        for uid in [u for u, c in component.items() if c == label and u not in self.free]:
             placed = snap.placed[uid]
             moved = (placed.offset + delta) % placed.pattern.slots
             if moved == placed.offset:
