@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from tests.core import reference
 from tests.core.builders import empty, gang, ring, two_nodes
 from volcano_metronome.core.cycle import commit
-from volcano_metronome.core.decision import Decision, _unlocked_closure, decide, score_offsets
+from volcano_metronome.core.decision import MAX_LOCKS, Decision, _unlocked_closure, decide, score_offsets
 from volcano_metronome.core.grid import lay_out
 from volcano_metronome.core.model import Policy
 from volcano_metronome.core.placement import candidates
@@ -71,6 +71,19 @@ def test_the_closure_takes_unlocked_neighbours_of_neighbours_along():
     assert _unlocked_closure(snap, direct, links, extra) == {"g0", "g1", "g2"}
     snap.lock("g1")  # a locked gang is already aligned: the closure stops there
     assert _unlocked_closure(snap, direct, links, extra) == {"g2"}
+
+
+def test_a_gang_whose_lock_would_reach_past_max_locks_runs_free_and_counts_its_collisions():
+    # A chain of MAX_LOCKS + 1 free gangs, each sharing a NIC with the next; the newcomer shares the last one's.
+    chain = MAX_LOCKS + 1
+    snap = empty(ring(chain + 2), 8)
+    for i in range(chain):
+        snap.assume(gang(f"g{i}", 2, 1, 60.0, 0.0, 10.0), np.array([i, i + 1]), np.array([1, 1]), 4 * (i % 3),
+                    locked=False)
+    last = frozenset({f"n{chain}", f"n{chain + 1}"})
+    d = decide(snap, dataclasses.replace(gang("new", 2, 5, 60.0, 0.0, 40.0), nodes=last), POLICY)
+    assert isinstance(d, Decision) and not d.locked and d.locks == ()
+    assert d.free_delay_ms > 0 and d.expected_ms == d.free_delay_ms  # not 0, as if it shared no contended link
 
 
 def test_a_neighbour_sitting_in_overflow_is_never_locked():

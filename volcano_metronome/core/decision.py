@@ -721,13 +721,13 @@ def _lock(snapshot: Snapshot, gang: Gang, pattern: Pattern, nodes: np.ndarray, m
                                         and not overpadded(snapshot.placed[u].pattern))), 0.0, 0.0)
     if not neighbours:
         return _Lock(False, (), 0.0, 0.0)
-    closure = _unlocked_closure(snapshot, neighbours, links, extra)
-    if closure is None:
-        return _Lock(False, (), 0.0, math.inf)
-    unlocked = tuple(sorted(closure))
-    span = int(np.lcm(snapshot.hyperperiod, pattern.slots))
     # Both sides of a collision lose the drain time.
     free_ms = 2.0 * free_delay * snapshot.grid.slot_ms
+    closure = _unlocked_closure(snapshot, neighbours, links, extra)
+    if closure is None:  # free, so it collides all the same: node sets are ranked by that
+        return _Lock(False, (), free_ms, math.inf)
+    unlocked = tuple(sorted(closure))
+    span = int(np.lcm(snapshot.hyperperiod, pattern.slots))
     padding = padding_ms(gang, pattern, span) + sum(
         padding_ms(snapshot.placed[uid].gang, snapshot.placed[uid].pattern, span) for uid in unlocked)
     pays = no_overflow and free_ms > padding and all(snapshot.clean(uid) for uid in unlocked)
