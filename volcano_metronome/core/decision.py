@@ -22,7 +22,8 @@ chooses, so judging its damage at one offset is meaningless and holding it back 
 by bandwidth, which Volcano's placement (the baseline) does not do either. Judged by the expected
 damage over all offsets instead, it would be held back more often than now (the mean is never below
 the least), waiting a whole job to spare another gang a share of its communication. Without lock on
-demand every gang is locked, so the tolerance decides admission (``NoFit`` when no offset meets it).
+demand every gang is locked (but those of the next paragraph), so the tolerance decides admission (``NoFit``
+when no offset meets it).
 The one wait with lock on demand is bounded and for heavy collisions only: ``core.holding``, applied by
 the caller to the decision returned here.
 
