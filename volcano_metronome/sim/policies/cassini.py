@@ -65,7 +65,6 @@ class Cassini(SimPolicy):
         self.on_link: dict[int, set[str]] = {}
         self.links_of: dict[str, list[int]] = {}
         self._shifts: list[tuple[str, float | None]] = []
-        self.free: set[str] = set()  # gangs never shifted (``overpadded``)
         self.counts = {"decisions": 0, "sharing": 0, "looped_all": 0, "discarded_loops": 0, "shifted": 0}
 
     def schedule(self, now: float, pending: Sequence[JobSpec]) -> list[Placement]:
@@ -82,7 +81,6 @@ class Cassini(SimPolicy):
     def release(self, now: float, uid: str) -> None:
         """Forget the gang's load and GPUs."""
         self.snapshot.forget(uid)
-        self.free.discard(uid)
         for link in self.links_of.pop(uid):
             self.on_link[link].discard(uid)
 
@@ -145,9 +143,7 @@ class Cassini(SimPolicy):
         self.links_of[gang.uid] = physical
         for link in physical:
             self.on_link.setdefault(link, set()).add(gang.uid)
-        if overpadded(pattern):
-            self.free.add(gang.uid)
-        if not len(links) or gang.uid in self.free:
+        if not len(links) or overpadded(pattern):
             return Placement(gang.uid, nodes, members)
         return Placement(gang.uid, nodes, members, offset * snap.grid.slot_ms, pattern.period.ms)
 
@@ -186,8 +182,10 @@ class Cassini(SimPolicy):
 
     def _rotate_component(self, component: dict[str, int], label: int, delta: int) -> None:
         snap = self.snapshot
-        for uid in [u for u, c in component.items() if c == label and u not in self.free]:
+        for uid in [u for u, c in component.items() if c == label]:
             placed = snap.placed[uid]
+            if overpadded(placed.pattern):  # runs free: never shifted
+                continue
             moved = (placed.offset + delta) % placed.pattern.slots
             if moved == placed.offset:
                 continue
