@@ -34,7 +34,7 @@ def main() -> None:
     parser.add_argument("--iterations", type=int, default=26)
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--compute-ms", type=float, default=250.0)
-    parser.add_argument("--floats", type=int, default=16_000_000)
+    parser.add_argument("--floats", type=int, default=32_000_000)
     parser.add_argument("--buckets", type=int, default=1)
     parser.add_argument("--poll-ms", type=float, default=0.0)
     parser.add_argument("--slot-ms", type=float, default=500.0, help="pad each burst to a slot grid of this "
