@@ -714,10 +714,10 @@ def _lock(snapshot: Snapshot, gang: Gang, pattern: Pattern, nodes: np.ndarray, m
           no_overflow: bool, free_delay: float, policy: Policy) -> _Lock:
     """Whether the gang placed on ``nodes`` at an offset that overflows nowhere (or not) is locked; see the
     module docstring."""
+    if not policy.lock_on_demand and overpadded(pattern):
+        return _Lock(False, (), 0.0, math.inf)  # no lock on offer
     links, extra, neighbours = _contended(snapshot, gang, pattern, nodes, members)
     if not policy.lock_on_demand:
-        if overpadded(pattern):
-            return _Lock(False, (), 0.0, math.inf)  # no lock on offer
         return _Lock(True, tuple(sorted(u for u in neighbours if not snapshot.placed[u].locked
                                         and not overpadded(snapshot.placed[u].pattern))), 0.0, 0.0)
     if not neighbours:
